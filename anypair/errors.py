@@ -1,0 +1,25 @@
+"""Exceptions that anypair raises. Every message says what went wrong and what to do about it."""
+
+
+class AnyPairError(Exception):
+    """Base class of every error anypair raises on purpose."""
+
+
+class UnknownModelError(AnyPairError):
+    """A model name is neither in the zoo, nor a local folder, nor reachable on the hub."""
+
+
+class FetchError(AnyPairError):
+    """A download failed, a registry was unreachable, or a file did not match its SHA-256."""
+
+
+class TokenizerError(AnyPairError):
+    """A tokenizer file could not be read, or a tokenizer cannot represent some text."""
+
+
+class InputError(AnyPairError):
+    """Bad user input: empty prompt, prompt longer than the context, max_new_tokens < 1, ..."""
+
+
+class BackendError(AnyPairError):
+    """A model backend is unavailable or failed its correctness check (e.g. IPEX logits differ)."""
