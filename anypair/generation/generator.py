@@ -1,31 +1,270 @@
-"""AnyPairGenerator: the front door. (Being written: this file fixes the public signature.)"""
+"""AnyPairGenerator: the front door. Loads the pair, wires backend + drafter + verifier + policy,
+validates input, and runs `DecodeSession`s.
+
+    gen = AnyPairGenerator("Qwen/Qwen2.5-Coder-1.5B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct")
+    result = gen.generate("def fib(n):", max_new_tokens=64)
+    for chunk in gen.stream(messages=[{"role": "user", "content": "Hi"}]): print(chunk, end="")
+"""
 from __future__ import annotations
 
-from typing import Iterator, Optional, Sequence, Union
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Optional, Sequence, Union
 
-from anypair.types import GenerationResult
+import torch
+
+from anypair.backends.torch_hf import TorchBackend
+from anypair.drafters.base import DraftRequest, Drafter, NoDrafter
+from anypair.errors import InputError
+from anypair.generation.loop import DecodeRequest, DecodeSession
+from anypair.policies import DraftLengthPolicy, make_policy
+from anypair.types import GenerationResult, SamplingConfig
 
 ModelSpec = Union[str, "os.PathLike[str]", tuple]  # hub id, local folder, or (model, hf_tokenizer)
+
+
+def cpu_has_bf16() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def default_dtype(device: str) -> torch.dtype:
+    """bf16 where the hardware has it: there one pass scoring 2-8 tokens costs about one
+    single-token step, which is what makes verification cheap; fp32 elsewhere."""
+    if device.startswith("cuda"):
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.bfloat16 if cpu_has_bf16() else torch.float32
+
+
+def parse_dtype(dtype: Union[str, torch.dtype, None], device: str) -> torch.dtype:
+    if dtype is None or dtype == "auto":
+        return default_dtype(device)
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    names = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp32": torch.float32, "float32": torch.float32,
+             "fp16": torch.float16, "float16": torch.float16}
+    if dtype not in names:
+        raise InputError(f"unknown dtype {dtype!r}: use one of {sorted(names)}")
+    return names[dtype]
+
+
+@dataclass
+class LoadedModel:
+    """A model with its HF tokenizer and its anypair tokenizer adapter."""
+
+    name: str
+    model: Any
+    hf_tokenizer: Any
+    tokenizer: Any  # TokenizerAdapter
+    eos_ids: frozenset[int] = field(default_factory=frozenset)
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.hf_tokenizer, "chat_template", None))
+
+    def render(self, prompt: Optional[str], messages: Optional[Sequence[dict]]) -> list[int]:
+        """The model's own token ids for a raw prompt or a conversation (its own chat template)."""
+        if messages is not None:
+            if not self.has_chat_template:
+                raise InputError(f"{self.name} has no chat template: pass prompt= (raw text) instead of messages=")
+            ids = self.hf_tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+            if hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+            if ids and isinstance(ids[0], list):
+                ids = ids[0]
+            return [int(i) for i in ids]
+        return [int(i) for i in self.hf_tokenizer(prompt, add_special_tokens=True)["input_ids"]]
+
+
+def load_pair_member(spec: ModelSpec, dtype: torch.dtype, device: str) -> LoadedModel:
+    from anypair.tokenization import from_hf
+
+    if isinstance(spec, LoadedModel):
+        return spec
+    if isinstance(spec, tuple):
+        model, hf_tok = spec
+        name = getattr(model.config, "_name_or_path", None) or type(model).__name__
+    else:
+        from anypair.zoo import load_model
+
+        name = str(spec)
+        model, hf_tok = load_model(spec, dtype=dtype, device=device)
+    model.eval()
+    from anypair.backends.torch_hf import model_vocab_rows
+
+    adapter = from_hf(hf_tok, model_vocab_size=model_vocab_rows(model))
+    eos = set(adapter.eos_ids)
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if gen_eos is not None:
+        eos.update([gen_eos] if isinstance(gen_eos, int) else list(gen_eos))
+    return LoadedModel(name, model, hf_tok, adapter, frozenset(int(e) for e in eos))
 
 
 class AnyPairGenerator:
     """Speculative decoding of `target` with `draft`, whatever their tokenizers.
 
-    AnyPairGenerator(target, draft=None, *, drafter="model"|"lookup"|"hybrid"|Drafter,
-                     draft_length="adaptive"|"constant"|"heuristic"|DraftLengthPolicy,
-                     num_draft_tokens=None, dtype=None ("bfloat16" default on CPUs with bf16,
-                     "float32" on request), device=None, backend="torch"|"ipex", threads=None)
-
-    generate(prompt=None, *, messages=None, max_new_tokens=128, stop=None, do_sample=False,
-             temperature=1.0, top_k=0, top_p=1.0, seed=None, assisted=True) -> GenerationResult
-    stream(...same...) -> Iterator[str]
+    Args:
+        target, draft: hub ids (the offline zoo's copy is used when present), local folders, or
+            already-loaded `(model, hf_tokenizer)` pairs. `draft=None` runs the target alone
+            (or prompt lookup with `drafter="lookup"`).
+        drafter: "model" (the draft model), "lookup" (n-grams from prompt and output, no model),
+            "hybrid" (lookup when it has a long match, the model otherwise) or a `Drafter`.
+        draft_length: "adaptive" (default), "heuristic", "constant" or a `DraftLengthPolicy`;
+            `num_draft_tokens` is its starting (or constant) value.
+        confidence_threshold: the draft stops a round early when its top probability falls below.
+        dtype: "bf16" (default where the CPU has bf16), "fp32", or a torch dtype.
+        backend: "torch" (default) or "ipex" (optional; checked against torch before use).
+        threads: torch CPU threads.
     """
 
-    def __init__(self, target: ModelSpec, draft: Optional[ModelSpec] = None, **options) -> None:
-        raise NotImplementedError
+    def __init__(self, target: ModelSpec, draft: Optional[ModelSpec] = None, *,
+                 drafter: Union[str, Drafter] = "model",
+                 draft_length: Union[str, DraftLengthPolicy] = "adaptive",
+                 num_draft_tokens: Optional[int] = None,
+                 confidence_threshold: float = 0.0,
+                 dtype: Union[str, torch.dtype, None] = None,
+                 device: Optional[str] = None,
+                 backend: str = "torch",
+                 threads: Optional[int] = None) -> None:
+        if threads:
+            torch.set_num_threads(int(threads))
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.dtype = parse_dtype(dtype, self.device)
+        self.target = load_pair_member(target, self.dtype, self.device)
+        self.draft = load_pair_member(draft, self.dtype, self.device) if draft is not None else None
+        self.backend_name = backend
+        self.target_backend = self._make_backend(self.target, "target")
+        self.draft_backend = self._make_backend(self.draft, "draft") if self.draft is not None else None
+        self.drafter_spec = drafter
+        self.draft_length = draft_length
+        self.num_draft_tokens = num_draft_tokens
+        self.confidence_threshold = confidence_threshold
+        self.last_result: Optional[GenerationResult] = None
+        self._drafters: dict[tuple, Drafter] = {}
 
-    def generate(self, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None, **kw) -> GenerationResult:
-        raise NotImplementedError
+    # -- construction ---------------------------------------------------------------------------
+    def _make_backend(self, member, role: str):
+        if self.backend_name == "torch":
+            return TorchBackend(member.model, name=f"{role} {member.name}")
+        if self.backend_name == "ipex":
+            from anypair.backends.ipex import make_ipex_backend
 
-    def stream(self, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None, **kw) -> Iterator[str]:
-        raise NotImplementedError
+            probe = member.tokenizer.encode_continuation("def add(a, b):\n    return a + b\n\nprint(add(2, 3))")
+            return make_ipex_backend(member.model, probe, name=f"{role} {member.name}")
+        raise InputError(f"unknown backend {self.backend_name!r}: use 'torch' or 'ipex'")
+
+    @property
+    def same_vocabulary(self) -> bool:
+        if self.draft is None:
+            return False
+        from anypair.tokenization import same_vocabulary
+
+        return same_vocabulary(self.target.tokenizer, self.draft.tokenizer)
+
+    def _model_drafter(self, sampling: Optional[SamplingConfig], generator: Optional[torch.Generator]) -> Drafter:
+        from anypair.drafters.model import ModelDrafter
+
+        if self.draft is None:
+            raise InputError("drafter='model' or 'hybrid' needs a draft model: AnyPairGenerator(target, draft)")
+        draft = self.draft
+
+        def render(request: DraftRequest) -> list[int]:
+            return draft.render(request.prompt, request.messages)
+
+        return ModelDrafter(self.draft_backend, draft.tokenizer, self.target.tokenizer, render,
+                            confidence_threshold=self.confidence_threshold, sampling=sampling, generator=generator)
+
+    def _drafter(self, assisted: bool, sampling: Optional[SamplingConfig], generator) -> Drafter:
+        if not assisted:
+            return NoDrafter()
+        spec = self.drafter_spec
+        if isinstance(spec, Drafter):
+            return spec
+        if spec == "model":
+            return self._model_drafter(sampling, generator) if self.draft is not None else NoDrafter()
+        if spec == "lookup":
+            from anypair.drafters.lookup import PromptLookupDrafter
+
+            return PromptLookupDrafter()
+        if spec == "hybrid":
+            from anypair.drafters.hybrid import HybridDrafter
+
+            return HybridDrafter(self._model_drafter(sampling, generator))
+        raise InputError(f"unknown drafter {spec!r}: use 'model', 'lookup', 'hybrid' or a Drafter instance")
+
+    def _verifier(self, sampling: SamplingConfig, generator):
+        if not sampling.do_sample:
+            from anypair.verifiers.greedy import GreedyVerifier
+
+            return GreedyVerifier()
+        from anypair.sampling import SamplingVerifier
+
+        return SamplingVerifier(sampling, generator)
+
+    # -- requests -------------------------------------------------------------------------------
+    def _session(self, prompt: Optional[str], messages: Optional[Sequence[dict]], max_new_tokens: int,
+                 stop: Union[str, Sequence[str], None], do_sample: bool, temperature: float, top_k: int,
+                 top_p: float, seed: Optional[int], assisted: bool) -> DecodeSession:
+        if (prompt is None) == (messages is None):
+            raise InputError("pass exactly one of prompt= (raw text) or messages= (a chat conversation)")
+        if prompt is not None and not isinstance(prompt, str):
+            raise InputError(f"prompt must be a str, got {type(prompt).__name__}")
+        if prompt is not None and prompt == "":
+            raise InputError("the prompt is empty: give some text to continue")
+        if messages is not None and (not messages or not all(isinstance(m, dict) and "content" in m for m in messages)):
+            raise InputError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise InputError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+        sampling = SamplingConfig(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        stop_strings = [stop] if isinstance(stop, str) else list(stop or [])
+
+        target_ids = self.target.render(prompt, messages)
+        if not target_ids:
+            raise InputError("the prompt encodes to no tokens for the target model")
+        limit = self.target_backend.max_context
+        if len(target_ids) + max_new_tokens > limit:
+            raise InputError(
+                f"prompt ({len(target_ids)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the target's context "
+                f"of {limit} tokens: shorten the prompt or lower max_new_tokens")
+        generator = None
+        if sampling.do_sample:
+            generator = torch.Generator(device="cpu")
+            generator.manual_seed(seed if seed is not None else torch.seed())
+        drafter = self._drafter(assisted, sampling, generator)
+        draft_request = DraftRequest(target_ids, prompt=prompt, messages=list(messages) if messages else None,
+                                     prompt_bytes=self.target.tokenizer.decode_bytes(target_ids))
+        if self.draft is not None and assisted and self.drafter_spec in ("model", "hybrid"):
+            draft_ids = target_ids if self.same_vocabulary else self.draft.render(prompt, messages)
+            draft_limit = self.draft_backend.max_context
+            if len(draft_ids) + max_new_tokens + 16 > draft_limit:
+                raise InputError(
+                    f"prompt ({len(draft_ids)} draft tokens) + max_new_tokens ({max_new_tokens}) exceeds the draft's "
+                    f"context of {draft_limit} tokens: use a draft with a longer context, drafter='lookup', or assisted=False")
+        policy = make_policy(self.draft_length, self.num_draft_tokens)
+        request = DecodeRequest(target_ids, max_new_tokens, self.target.eos_ids, stop_strings, draft_request)
+        return DecodeSession(self.target_backend, self.target.tokenizer, drafter, self._verifier(sampling, generator),
+                             policy, request)
+
+    def generate(self, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
+                 max_new_tokens: int = 128, stop: Union[str, Sequence[str], None] = None,
+                 do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                 seed: Optional[int] = None, assisted: bool = True) -> GenerationResult:
+        """Generate up to `max_new_tokens` target tokens; returns text, target ids and statistics."""
+        session = self._session(prompt, messages, max_new_tokens, stop, do_sample, temperature, top_k, top_p,
+                                seed, assisted)
+        self.last_result = session.run()
+        return self.last_result
+
+    def stream(self, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
+               max_new_tokens: int = 128, stop: Union[str, Sequence[str], None] = None,
+               do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+               seed: Optional[int] = None, assisted: bool = True) -> Iterator[str]:
+        """Yield text as soon as each token is verified; `last_result` holds the full result after."""
+        session = self._session(prompt, messages, max_new_tokens, stop, do_sample, temperature, top_k, top_p,
+                                seed, assisted)
+        yield from session
+        self.last_result = session.result

@@ -1,0 +1,140 @@
+"""The `anypair` command line: fetch, inspect, generate, bench."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from anypair.errors import AnyPairError
+
+DEFAULT_TARGET = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+DEFAULT_DRAFT = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-m", "--model", default=DEFAULT_TARGET, help=f"target model (default {DEFAULT_TARGET})")
+    p.add_argument("-a", "--assistant-model", default=DEFAULT_DRAFT, help=f"draft model (default {DEFAULT_DRAFT})")
+    p.add_argument("--drafter", choices=["model", "lookup", "hybrid"], default="model")
+    p.add_argument("--draft-length", choices=["adaptive", "heuristic", "constant"], default="adaptive")
+    p.add_argument("-k", "--num-draft-tokens", type=int, default=None, help="starting (or constant) draft length")
+    p.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--raw", action="store_true", help="treat the prompt as raw text to continue (default: a chat message when the target has a chat template)")
+
+
+def _generator(args):
+    from anypair.generation.generator import AnyPairGenerator
+
+    draft = None if getattr(args, "no_assisted", False) or args.drafter == "lookup" else args.assistant_model
+    return AnyPairGenerator(args.model, draft, drafter=args.drafter, draft_length=args.draft_length,
+                            num_draft_tokens=args.num_draft_tokens, dtype=args.dtype, threads=args.threads)
+
+
+def run_generate(args) -> int:
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    gen = _generator(args)
+    chat = not args.raw and gen.target.has_chat_template
+    request = dict(max_new_tokens=args.max_new_tokens, stop=args.stop or None, do_sample=args.do_sample,
+                   temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                   assisted=not args.no_assisted)
+    if chat:
+        request["messages"] = [{"role": "user", "content": args.prompt}]
+    else:
+        request["prompt"] = args.prompt
+    if args.stream:
+        for chunk in gen.stream(**request):
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+        result = gen.last_result
+    else:
+        result = gen.generate(**request)
+        print(result.text)
+    s = result.stats
+    mode = "target alone" if args.no_assisted else f"{args.drafter} drafter"
+    console.print(
+        f"[dim]{mode}: {s.new_tokens} tokens in {s.total_time_s:.2f}s = {s.tokens_per_second:.2f} tok/s; "
+        f"time to first token {1000 * s.time_to_first_token_s:.0f} ms; rounds {s.rounds}; "
+        f"acceptance {s.acceptance_rate:.2f}; accepted/round {s.mean_accepted_per_round:.2f}; "
+        f"drafting {s.time_drafting_s:.2f}s, translating {s.time_translating_s:.3f}s, verifying {s.time_verifying_s:.2f}s; "
+        f"finish: {result.finish_reason}[/dim]")
+    if s.draft_failed:
+        console.print(f"[yellow]drafting was disabled: {s.draft_failure_reason}[/yellow]")
+    return 0
+
+
+def run_bench_cmd(args) -> int:
+    from anypair.bench import format_report, humaneval_prompts, run_bench, save_json
+
+    if args.prompts:
+        with open(args.prompts) as f:
+            text = f.read()
+        prompts = [p for p in text.split("\n\n\n") if p.strip()][: args.n]
+    else:
+        prompts = humaneval_prompts(args.n)
+    draft = None if args.drafter == "lookup" else args.assistant_model
+    report = run_bench(args.model, draft, prompts, max_new_tokens=args.max_new_tokens, drafter=args.drafter,
+                       dtype=args.dtype, threads=args.threads, draft_length=args.draft_length,
+                       num_draft_tokens=args.num_draft_tokens, compare_hf=args.compare_hf, chat=args.chat,
+                       repeats=args.repeats)
+    print(format_report(report))
+    if args.json:
+        save_json(report, args.json)
+        print(f"saved {args.json}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="anypair", description="Lossless speculative decoding with any draft model, whatever its tokenizer.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    from anypair.zoo.cli import add_fetch_parser
+
+    add_fetch_parser(sub)
+    from anypair.inspect_pair import add_inspect_parser
+
+    add_inspect_parser(sub)
+
+    g = sub.add_parser("generate", help="generate text with the target, assisted by the draft")
+    g.add_argument("prompt")
+    _add_model_args(g)
+    g.add_argument("--no-assisted", action="store_true", help="the target alone, for comparison")
+    g.add_argument("--stream", action="store_true")
+    g.add_argument("--stop", action="append", help="stop string (repeatable)")
+    g.add_argument("--do-sample", action="store_true")
+    g.add_argument("--temperature", type=float, default=1.0)
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--seed", type=int, default=None)
+    g.set_defaults(func=run_generate)
+
+    b = sub.add_parser("bench", help="target alone vs assisted, side by side, per example and medians")
+    _add_model_args(b)
+    b.add_argument("--n", type=int, default=10, help="number of prompts (default: the first 10 HumanEval prompts)")
+    b.add_argument("--prompts", help="a text file of prompts separated by two blank lines")
+    b.add_argument("--chat", action="store_true", help="send each prompt as a chat message")
+    b.add_argument("--compare-hf", action="store_true", help="also run transformers' universal assisted generation")
+    b.add_argument("--repeats", type=int, default=1)
+    b.add_argument("--json", help="save every figure to this JSON file")
+    b.set_defaults(func=run_bench_cmd)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except AnyPairError as exc:
+        print(f"anypair: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("anypair: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

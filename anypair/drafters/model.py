@@ -1,0 +1,207 @@
+"""ModelDrafter: a small causal LM drafts; its text is translated into target tokens.
+
+Two paths:
+- same vocabulary (decided by content, padded vocabularies included): draft ids ARE target ids,
+  no translation at all;
+- different vocabularies: the draft runs on its own tokenization of the conversation; its new
+  bytes go through `Translator.draft_to_target`, and after verification `DraftSync.commit`
+  re-aligns the draft's context with the smallest rollback of its KV cache.
+
+The draft's KV cache persists across rounds: `_context_ids` is the draft's whole token context and
+the backend caches a prefix of it; whatever is past that prefix is fed at the next step.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional, Sequence
+
+import torch
+
+from anypair.backends.base import ModelBackend
+from anypair.drafters.base import DraftRequest, Drafter
+from anypair.tokenization.base import TokenizerAdapter
+from anypair.types import Proposal, SamplingConfig
+
+PromptRenderer = Callable[[DraftRequest], list[int]]
+
+
+class ModelDrafter(Drafter):
+    name = "model"
+
+    def __init__(
+        self,
+        backend: ModelBackend,
+        draft_tok: TokenizerAdapter,
+        target_tok: TokenizerAdapter,
+        render_prompt: PromptRenderer,
+        *,
+        same_vocabulary: Optional[bool] = None,
+        confidence_threshold: float = 0.0,
+        sampling: Optional[SamplingConfig] = None,
+        generator: Optional[torch.Generator] = None,
+    ) -> None:
+        from anypair.tokenization import same_vocabulary as vocab_equal
+
+        self.backend = backend
+        self.draft_tok = draft_tok
+        self.target_tok = target_tok
+        self.render_prompt = render_prompt
+        self.same_vocabulary = vocab_equal(target_tok, draft_tok) if same_vocabulary is None else same_vocabulary
+        self.confidence_threshold = confidence_threshold
+        self.sampling = sampling if sampling is not None and sampling.do_sample else None
+        self.generator = generator
+        self._context_ids: list[int] = []  # draft ids (target ids on the same-vocabulary path)
+        self._proposed_draft_ids: list[int] = []
+        self._step_seconds: Optional[float] = None
+        self.translate_seconds = 0.0  # accumulated, read by the loop for statistics
+        # logits rows the draft may pick: its real tokens, minus padded rows
+        self._n_real = min(draft_tok.vocab_size, backend.vocab_size)
+        self._draft_eos = frozenset(draft_tok.eos_ids)
+        self._banned = torch.tensor(sorted(set(draft_tok.special_ids) - self._draft_eos), dtype=torch.long)
+        if not self.same_vocabulary:
+            from anypair.translator import DraftSync, Translator, VocabMap
+
+            self.translator = Translator(target_tok, draft_tok)
+            self.sync = DraftSync(draft_tok)
+            self.vocab_map = VocabMap(target_tok, draft_tok) if self.sampling else None
+        else:
+            self.translator = None
+            self.sync = None
+            self.vocab_map = None
+
+    # -- request lifecycle -------------------------------------------------------------------
+    def start(self, request: DraftRequest) -> None:
+        self.backend.reset()
+        if self.same_vocabulary:
+            self._context_ids = list(request.target_prompt_ids)
+        else:
+            self._context_ids = list(self.render_prompt(request))
+            self.sync.reset()
+        self._proposed_draft_ids = []
+
+    def step_cost_hint(self) -> Optional[float]:
+        return self._step_seconds
+
+    # -- drafting ----------------------------------------------------------------------------
+    def _next_logits(self) -> torch.Tensor:
+        cached = self.backend.cached_length
+        feed = self._context_ids[cached:]
+        if not feed:  # everything is cached: re-feed the last token to get its logits
+            self.backend.crop(cached - 1)
+            feed = self._context_ids[cached - 1 :]
+        return self.backend.extend(feed)
+
+    def _pick(self, logits: torch.Tensor) -> tuple[int, float]:
+        """The draft's greedy choice among its real tokens and its confidence in it."""
+        logits = logits[: self._n_real]
+        if self._banned.numel():
+            logits = logits.clone()
+            logits[self._banned[self._banned < self._n_real]] = float("-inf")
+        token = int(logits.argmax())
+        if self.confidence_threshold > 0:
+            confidence = float(torch.softmax(logits, dim=-1)[token])
+        else:
+            confidence = 1.0
+        return token, confidence
+
+    def propose(self, max_draft_steps: int, max_target_tokens: int) -> Proposal:
+        if max_draft_steps <= 0 or max_target_tokens <= 0:
+            self._proposed_draft_ids = []
+            return Proposal([], source=self.name)
+        if self.sampling is not None:
+            return self._propose_sampled(max_draft_steps, max_target_tokens)
+        started = time.perf_counter()
+        new_ids: list[int] = []
+        finished = False
+        for step in range(max_draft_steps):
+            logits = self._next_logits()
+            token, confidence = self._pick(logits)
+            if token in self._draft_eos:
+                finished = True
+                break
+            new_ids.append(token)
+            self._context_ids.append(token)
+            if self.same_vocabulary and len(new_ids) >= max_target_tokens:
+                break
+            if confidence < self.confidence_threshold:
+                break
+        elapsed = time.perf_counter() - started
+        if new_ids:
+            per_step = elapsed / max(len(new_ids), 1)
+            self._step_seconds = per_step if self._step_seconds is None else 0.7 * self._step_seconds + 0.3 * per_step
+        self._proposed_draft_ids = new_ids
+        if self.same_vocabulary:
+            return Proposal(new_ids[:max_target_tokens], source=self.name)
+        return self._translate(new_ids, finished, max_target_tokens)
+
+    def _translate(self, new_draft_ids: list[int], finished: bool, max_target_tokens: int) -> Proposal:
+        started = time.perf_counter()
+        try:
+            text = self.draft_tok.decode_bytes(new_draft_ids)
+            proposed = self.sync.strip_pending(text)
+            if not proposed:
+                return Proposal([], source=self.name)
+            translated = self.translator.draft_to_target(proposed, draft_finished=finished)
+            return Proposal(list(translated.target_ids[: min(translated.n_stable, max_target_tokens)]), source=self.name)
+        finally:
+            self.translate_seconds += time.perf_counter() - started
+
+    def _propose_sampled(self, max_draft_steps: int, max_target_tokens: int) -> Proposal:
+        """Token-level intersection sampling: the draft samples among tokens the target also has;
+        each sampled draft token IS a target token (identical bytes), with its distribution."""
+        from anypair.sampling import sample_draft_token
+
+        started = time.perf_counter()
+        new_ids: list[int] = []
+        target_ids: list[int] = []
+        dists: list[torch.Tensor] = []
+        for _ in range(min(max_draft_steps, max_target_tokens)):
+            logits = self._next_logits()
+            if self.same_vocabulary:
+                picked = sample_draft_token(logits, None, self.sampling, self.generator)
+            else:
+                picked = sample_draft_token(logits, self.vocab_map, self.sampling, self.generator)
+            if picked is None:
+                break
+            draft_id, target_id, q_target = picked
+            new_ids.append(draft_id)
+            self._context_ids.append(draft_id)
+            target_ids.append(target_id)
+            dists.append(q_target)
+        elapsed = time.perf_counter() - started
+        if new_ids:
+            per_step = elapsed / len(new_ids)
+            self._step_seconds = per_step if self._step_seconds is None else 0.7 * self._step_seconds + 0.3 * per_step
+        self._proposed_draft_ids = new_ids
+        if not target_ids:
+            return Proposal([], source=self.name)
+        return Proposal(target_ids, target_probs=torch.stack(dists), source=self.name)
+
+    # -- after verification ------------------------------------------------------------------
+    def commit(self, new_target_ids: Sequence[int]) -> None:
+        proposed = self._proposed_draft_ids
+        self._proposed_draft_ids = []
+        if self.same_vocabulary:
+            self._commit_same_vocabulary(list(new_target_ids), proposed)
+            return
+        started = time.perf_counter()
+        committed = self.target_tok.decode_bytes(new_target_ids)
+        realignment = self.sync.commit(committed, proposed)
+        self.translate_seconds += time.perf_counter() - started
+        kept = len(self._context_ids) - realignment.n_drop
+        del self._context_ids[kept:]
+        self._context_ids.extend(realignment.append_draft_ids)
+        if self.backend.cached_length > kept:
+            self.backend.crop(kept)
+
+    def _commit_same_vocabulary(self, new_target_ids: list[int], proposed: list[int]) -> None:
+        agree = 0
+        for a, b in zip(proposed, new_target_ids):
+            if a != b:
+                break
+            agree += 1
+        kept = len(self._context_ids) - len(proposed) + agree
+        del self._context_ids[kept:]
+        self._context_ids.extend(new_target_ids[agree:])
+        if self.backend.cached_length > kept:
+            self.backend.crop(kept)

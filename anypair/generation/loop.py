@@ -1,0 +1,180 @@
+"""The speculative decoding loop: prefill, then rounds of propose -> verify -> commit.
+
+Per round the target scores [last committed token, *proposal] in ONE forward pass; the verifier
+decides how many proposed tokens to keep and adds the target's own next token; the target's KV
+cache is cropped to what was kept; the drafter learns what was committed. Nothing re-encodes the
+context. If the drafter raises (or keeps proposing nothing), the loop goes on with the target alone
+— the output is the same, only slower — and the statistics say why.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Iterator, Optional, Sequence
+
+import torch
+
+from anypair.backends.base import ModelBackend
+from anypair.drafters.base import DraftRequest, Drafter, NoDrafter
+from anypair.generation.text import TextAssembler
+from anypair.policies import DraftLengthPolicy, RoundFeedback
+from anypair.tokenization.base import TokenizerAdapter
+from anypair.types import GenerationResult, GenerationStats, Proposal
+from anypair.verifiers.base import Verifier
+
+logger = logging.getLogger("anypair")
+
+#: consecutive empty proposals after which the drafter is considered useless for this request
+MAX_EMPTY_ROUNDS = 16
+
+
+@dataclass
+class DecodeRequest:
+    target_prompt_ids: list[int]
+    max_new_tokens: int
+    eos_ids: frozenset[int]
+    stop_strings: Sequence[str] = ()
+    draft_request: Optional[DraftRequest] = None
+
+
+class DecodeSession:
+    """One request. Iterate it to receive text chunks as tokens are verified; `result` afterwards."""
+
+    def __init__(self, target: ModelBackend, target_tok: TokenizerAdapter, drafter: Drafter,
+                 verifier: Verifier, policy: DraftLengthPolicy, request: DecodeRequest) -> None:
+        self.target = target
+        self.target_tok = target_tok
+        self.drafter = drafter
+        self.verifier = verifier
+        self.policy = policy
+        self.request = request
+        self.stats = GenerationStats(prompt_tokens=len(request.target_prompt_ids))
+        self.generated: list[int] = []
+        self.text = TextAssembler(request.stop_strings)
+        self.finish_reason = "length"
+        self.result: Optional[GenerationResult] = None
+        # padded LM-head rows are not tokens: the target never chooses them, with or without a draft
+        self._n_real = min(target_tok.vocab_size, target.vocab_size)
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _mask_padding(self, logits: torch.Tensor) -> torch.Tensor:
+        if logits.shape[-1] > self._n_real:
+            logits[..., self._n_real:] = float("-inf")
+        return logits
+
+    def _disable_drafter(self, reason: str) -> None:
+        if not self.stats.draft_failed:
+            logger.warning("anypair: drafting disabled, finishing with the target alone: %s", reason)
+        self.stats.draft_failed = True
+        self.stats.draft_failure_reason = reason
+        self.drafter = NoDrafter()
+
+    def _commit(self, new_ids: list[int]) -> bool:
+        """Append verified ids; returns True when generation must stop."""
+        for token in new_ids:
+            self.generated.append(token)
+            if token in self.request.eos_ids:
+                self.finish_reason = "eos"
+                return True
+            if self.text.feed(self.target_tok.token_bytes(token)):
+                self.finish_reason = "stop_string"
+                return True
+            if len(self.generated) >= self.request.max_new_tokens:
+                self.finish_reason = "length"
+                return True
+        return False
+
+    def _drafter_call(self, what: str, fn, *args):
+        try:
+            return fn(*args)
+        except Exception as exc:  # a broken draft must never break generation
+            logger.debug("drafter %s failed", what, exc_info=True)
+            self._disable_drafter(f"drafter {what} raised {type(exc).__name__}: {exc}")
+            return None
+
+    # -- the loop -----------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[str]:
+        stats = self.stats
+        started = time.perf_counter()
+        logits = self._mask_padding(self.target.prefill(self.request.target_prompt_ids))
+        token = self.verifier.first_token(logits)
+        stats.time_prefill_s = stats.time_to_first_token_s = time.perf_counter() - started
+        done = self._commit([token])
+        chunk = self.text.take_new(final=done)
+        if chunk:
+            yield chunk
+
+        if not done and not isinstance(self.drafter, NoDrafter):
+            t0 = time.perf_counter()
+            draft_request = self.request.draft_request or DraftRequest(list(self.request.target_prompt_ids))
+            self._drafter_call("start", self.drafter.start, draft_request)
+            self._drafter_call("commit", self.drafter.commit, [token])
+            stats.time_drafting_s += time.perf_counter() - t0
+        self.policy.reset()
+        last = token
+        empty_rounds = 0
+        while not done:
+            remaining = self.request.max_new_tokens - len(self.generated)
+            k = self.policy.next_length()
+            translate_before = getattr(self.drafter, "translate_seconds", 0.0)
+            t0 = time.perf_counter()
+            proposal = self._drafter_call("propose", self.drafter.propose, k, remaining - 1) or Proposal([])
+            if len(proposal) > remaining - 1:
+                proposal = Proposal(proposal.target_ids[: remaining - 1],
+                                    None if proposal.target_probs is None else proposal.target_probs[: remaining - 1],
+                                    proposal.source)
+            bad = [t for t in proposal.target_ids if not 0 <= t < self._n_real]
+            if bad:
+                self._disable_drafter(f"drafter proposed ids outside the target vocabulary: {bad[:5]}")
+                proposal = Proposal([])
+            t1 = time.perf_counter()
+            translate_seconds = getattr(self.drafter, "translate_seconds", 0.0) - translate_before
+            stats.time_translating_s += translate_seconds
+            stats.time_drafting_s += (t1 - t0) - translate_seconds
+
+            cached = self.target.cached_length
+            scores = self._mask_padding(self.target.extend([last, *proposal.target_ids], all_logits=True))
+            outcome = self.verifier.verify(scores, proposal)
+            self.target.crop(cached + 1 + outcome.n_accepted)
+            t2 = time.perf_counter()
+            stats.time_verifying_s += t2 - t1
+
+            new_ids = list(proposal.target_ids[: outcome.n_accepted]) + [outcome.next_target_id]
+            stats.rounds += 1
+            stats.draft_tokens_proposed += len(proposal)
+            stats.draft_tokens_accepted += outcome.n_accepted
+            if len(proposal):
+                src = proposal.source
+                stats.proposals_by_source[src] = stats.proposals_by_source.get(src, 0) + len(proposal)
+                stats.accepted_by_source[src] = stats.accepted_by_source.get(src, 0) + outcome.n_accepted
+            done = self._commit(new_ids)
+            chunk = self.text.take_new(final=done)
+            if chunk:
+                yield chunk
+            if done:
+                break
+            last = outcome.next_target_id
+
+            t3 = time.perf_counter()
+            self._drafter_call("commit", self.drafter.commit, new_ids)
+            stats.time_drafting_s += time.perf_counter() - t3
+            self.policy.update(RoundFeedback(k, len(proposal), outcome.n_accepted, t1 - t0, t2 - t1,
+                                             self.drafter.step_cost_hint()))
+            empty_rounds = 0 if len(proposal) else empty_rounds + 1
+            if empty_rounds >= MAX_EMPTY_ROUNDS and not isinstance(self.drafter, NoDrafter):
+                self._disable_drafter(f"the drafter proposed nothing usable in {MAX_EMPTY_ROUNDS} consecutive rounds")
+
+        self.text.finish()
+        tail = self.text.take_new(final=True)
+        if tail:
+            yield tail
+        stats.new_tokens = len(self.generated)
+        stats.total_time_s = time.perf_counter() - started
+        self.result = GenerationResult(self.text.text, list(self.generated), stats, self.finish_reason)
+
+    def run(self) -> GenerationResult:
+        for _ in self:
+            pass
+        assert self.result is not None
+        return self.result
