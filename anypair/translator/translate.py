@@ -1,0 +1,103 @@
+"""Draft text -> target tokens: translate the bytes a draft model proposes into the target's ids.
+
+The proposal continues the committed text right after a target-token boundary, so it is encoded
+on its own with `encode_continuation` (cost bounded by the proposal, never by the text so far).
+
+Which translated tokens are *stable*: the last few target tokens of a chunk may merge with text
+that follows (" foo" + "bar" -> " foobar", "  " + "x" -> " " + " x", "\\n" + "\\n" -> "\\n\\n").
+Rule used here: encode the chunk once alone and once followed by each of a few probe
+continuations (one per kind of character a pre-tokenizer separates: letter, digit, space,
+newline, punctuation, a non-ASCII letter); a token is stable when every one of those encodings
+keeps it, i.e. `n_stable` = the shortest common prefix. `evaluation/bench_translator.py` measures
+how often this keeps a token that real text then changed, and how often it drops one that real text
+kept, against the blind "always drop the last token" rule.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from anypair.tokenization.base import TokenizerAdapter
+from anypair.translator.utf8 import leading_continuation_count, valid_prefix_length
+
+#: what may follow a proposal: one probe per character class the common pre-tokenizers split on
+STABILITY_PROBES: tuple[str, ...] = ("a", "A", "0", " a", " ", "\n", ".", "(", "é")
+
+
+@dataclass(frozen=True)
+class TargetProposal:
+    """Target tokens for proposed bytes, starting exactly at the committed boundary."""
+
+    target_ids: list[int]
+    #: the first n_stable ids won't change when more text follows; the rest is the unstable tail
+    n_stable: int
+    #: how many proposed bytes target_ids cover (an unfinished trailing UTF-8 character is left out)
+    n_bytes: int
+
+    @property
+    def stable_target_ids(self) -> list[int]:
+        return self.target_ids[: self.n_stable]
+
+
+EMPTY_PROPOSAL = TargetProposal(target_ids=[], n_stable=0, n_bytes=0)
+
+
+def common_prefix_length(first: list[int], second: list[int]) -> int:
+    length = 0
+    for a, b in zip(first, second):
+        if a != b:
+            break
+        length += 1
+    return length
+
+
+class Translator:
+    """Translates draft-proposed bytes into target ids (see the module docstring for the rules)."""
+
+    def __init__(self, target_tok: TokenizerAdapter, draft_tok: TokenizerAdapter,
+                 stability_probes: tuple[str, ...] = STABILITY_PROBES):
+        self.target_tok = target_tok
+        self.draft_tok = draft_tok
+        self.stability_probes = stability_probes
+
+    def draft_to_target(self, proposed: bytes, *, draft_finished: bool = False) -> TargetProposal:
+        """Translate NEWLY proposed bytes that continue right after the committed text.
+
+        Leading UTF-8 continuation bytes (a character the target already started) become the
+        target's single-byte tokens; without those the proposal is empty. Translation stops before
+        an unfinished trailing character, or before the first invalid byte. Unless
+        `draft_finished`, tokens a continuation could still change are counted out of n_stable.
+        """
+        lead_ids = self._continuation_byte_ids(proposed)
+        if lead_ids is None:
+            return EMPTY_PROPOSAL
+        body = proposed[len(lead_ids):]
+        body_end = valid_prefix_length(body)
+        if body_end == 0:
+            return TargetProposal(target_ids=lead_ids, n_stable=len(lead_ids), n_bytes=len(lead_ids))
+        text = body[:body_end].decode("utf-8")
+        body_ids = self.target_tok.encode_continuation(text)
+        n_body_stable = len(body_ids) if draft_finished else self.stable_prefix_length(text, body_ids)
+        return TargetProposal(
+            target_ids=lead_ids + body_ids,
+            n_stable=len(lead_ids) + n_body_stable,
+            n_bytes=len(lead_ids) + body_end,
+        )
+
+    def _continuation_byte_ids(self, proposed: bytes) -> list[int] | None:
+        ids = []
+        for byte in proposed[: leading_continuation_count(proposed)]:
+            token_id = self.target_tok.byte_token_id(byte)
+            if token_id is None:
+                return None
+            ids.append(token_id)
+        return ids
+
+    def stable_prefix_length(self, text: str, target_ids: list[int]) -> int:
+        """How many of `target_ids` (the encoding of `text`) every probe continuation keeps."""
+        n_stable = len(target_ids)
+        for probe in self.stability_probes:
+            probed_ids = self.target_tok.encode_continuation(text + probe)
+            n_stable = min(n_stable, common_prefix_length(target_ids, probed_ids))
+            if n_stable == 0:
+                break
+        return n_stable
