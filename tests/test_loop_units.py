@@ -1,0 +1,89 @@
+"""Unit tests of the loop's small pieces: prompt lookup, draft-length policies, text assembly,
+the greedy verifier. No models."""
+from __future__ import annotations
+
+import random
+
+import torch
+
+from anypair.drafters.base import DraftRequest
+from anypair.drafters.lookup import PromptLookupDrafter
+from anypair.generation.text import TextAssembler
+from anypair.policies import AdaptiveLength, ConstantLength, HeuristicLength, RoundFeedback
+from anypair.types import Proposal
+from anypair.verifiers.greedy import GreedyVerifier
+
+
+def brute_force_match(ids, max_n, min_n):
+    for n in range(max_n, min_n - 1, -1):
+        if len(ids) < n:
+            continue
+        suffix = ids[-n:]
+        for end in range(len(ids) - 1, n - 1, -1):  # latest earlier occurrence with a continuation
+            if ids[end - n:end] == suffix:
+                return n, end
+    return 0, -1
+
+
+def test_lookup_matches_brute_force():
+    rng = random.Random(0)
+    for _ in range(200):
+        ids = [rng.randrange(6) for _ in range(rng.randrange(1, 40))]
+        d = PromptLookupDrafter(max_ngram=3, min_ngram=1)
+        d.start(DraftRequest(ids[:5]))
+        d.commit(ids[5:])
+        assert d.match() == brute_force_match(ids, 3, 1)
+        n, start = d.match()
+        proposal = d.propose(4, 3)
+        assert proposal.target_ids == (ids[start:start + 3] if n else [])
+
+
+def test_lookup_proposes_the_continuation():
+    d = PromptLookupDrafter()
+    d.start(DraftRequest([1, 2, 3, 4, 5, 6, 9, 1, 2]))
+    d.commit([3])
+    assert d.propose(8, 8).target_ids == [4, 5, 6, 9, 1, 2, 3]
+
+
+def test_greedy_verifier():
+    v = GreedyVerifier()
+    logits = torch.full((4, 10), -1.0)
+    for row, best in enumerate([3, 4, 7, 2]):
+        logits[row, best] = 1.0
+    assert v.verify(logits, Proposal([3, 4, 5])).n_accepted == 2
+    assert v.verify(logits, Proposal([3, 4, 5])).next_target_id == 7
+    full = v.verify(logits, Proposal([3, 4, 7]))
+    assert (full.n_accepted, full.next_target_id) == (3, 2)
+    assert v.verify(logits[:1], Proposal([])).next_target_id == 3
+    assert v.verify(logits, Proposal([9, 4, 7])).n_accepted == 0
+
+
+def test_heuristic_schedule():
+    p = HeuristicLength(start=5)
+    p.update(RoundFeedback(5, 5, 5, 0.1, 0.3, None))
+    assert p.next_length() == 7
+    p.update(RoundFeedback(7, 7, 2, 0.1, 0.3, None))
+    assert p.next_length() == 6
+    assert ConstantLength(3).next_length() == 3
+
+
+def test_adaptive_prefers_long_drafts_when_cheap_and_accurate():
+    p = AdaptiveLength(maximum=12)
+    assert p.best_length(0.95, draft_step=0.01, verify=0.3) >= 8
+    assert p.best_length(0.2, draft_step=0.05, verify=0.3) <= 2
+    for _ in range(20):
+        p.update(RoundFeedback(p.next_length(), 4, 0, 0.2, 0.3, 0.05))
+    assert p.next_length() <= 2
+
+
+def test_text_assembler_split_utf8_and_stop():
+    t = TextAssembler(["STOP"])
+    snowman = "☃".encode()
+    assert not t.feed(b"ab" + snowman[:1])
+    assert t.take_new() == ""  # 'ab' held back: could start a stop string
+    t.feed(snowman[1:] + b"cdefg")
+    assert t.text == "ab☃cdefg"
+    assert t.feed(b"xxST")  is False
+    assert t.feed(b"OPzz")
+    assert t.text == "ab☃cdefgxx"
+    assert t.take_new() + "" == "ab☃cdefgxx"
