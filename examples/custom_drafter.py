@@ -1,0 +1,32 @@
+"""A custom drafter in a few lines: propose the tokens of a fixed snippet whenever the output so far
+ends with its first token. Whatever it proposes, the output is the target's own (verification)."""
+from anypair import AnyPairGenerator
+from anypair.drafters.base import Drafter
+from anypair.types import Proposal
+
+
+class SnippetDrafter(Drafter):
+    name = "snippet"
+
+    def __init__(self, snippet_ids):
+        self.snippet_ids = snippet_ids
+
+    def start(self, request):
+        self.last = request.target_prompt_ids[-1]
+
+    def propose(self, max_draft_steps, max_target_tokens):
+        if self.last in self.snippet_ids[:-1]:
+            at = self.snippet_ids.index(self.last)
+            return Proposal(self.snippet_ids[at + 1:][:max_target_tokens], source=self.name)
+        return Proposal([])
+
+    def commit(self, new_target_ids):
+        self.last = new_target_ids[-1]
+
+
+target = AnyPairGenerator("Qwen/Qwen2.5-Coder-0.5B-Instruct")  # target only; we bring the drafter
+snippet = target.target.tokenizer.encode_continuation("    return a + b\n")
+gen = AnyPairGenerator(target.target, drafter=SnippetDrafter(snippet))
+result = gen.generate("def add(a, b):\n", max_new_tokens=24)
+print(result.text)
+print(f"accepted {result.stats.draft_tokens_accepted} of {result.stats.draft_tokens_proposed} proposed")
