@@ -10,6 +10,8 @@ q_i is one-hot at the proposed token, which the same rule handles.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from anypair.sampling.warping import make_generator, sample_from_probs, warp_logits
@@ -20,7 +22,7 @@ from anypair.verifiers.base import Verifier
 class SamplingVerifier(Verifier):
     """Rejection-sampling verifier for one request; every draw goes through `generator`."""
 
-    def __init__(self, cfg: SamplingConfig, generator: torch.Generator | None = None) -> None:
+    def __init__(self, cfg: SamplingConfig, generator: Optional[torch.Generator] = None) -> None:
         if not cfg.do_sample:
             raise ValueError("SamplingVerifier needs cfg.do_sample=True; use GreedyVerifier for greedy decoding")
         self.cfg = cfg
@@ -35,51 +37,51 @@ class SamplingVerifier(Verifier):
             raise ValueError(
                 f"target logits must have shape [{n + 1}, V] for a proposal of {n} tokens, got {tuple(target_logits.shape)}"
             )
-        target_probs = warp_logits(target_logits[: n + 1], self.cfg)
-        if n == 0:
-            return VerifyOutcome(0, sample_from_probs(target_probs[0], self.generator))
+        target_rows = target_logits.shape[-1]
+        check_draft_probs(proposal, target_rows)
+        # rows are warped one at a time, only as far as the first rejection: a top-p sort of a
+        # 150k-row vocabulary costs more than the rest of the round's bookkeeping
+        for position, target_id in enumerate(proposal.target_ids):
+            target_probs = warp_logits(target_logits[position], self.cfg)
+            draft_probs = draft_row(proposal, position, target_rows)
+            if self._accepts(target_probs[target_id], draft_probs[target_id]):
+                continue
+            return VerifyOutcome(position, sample_from_probs(residual(target_probs, draft_probs), self.generator))
+        bonus_probs = warp_logits(target_logits[n], self.cfg)
+        return VerifyOutcome(n, sample_from_probs(bonus_probs, self.generator))
 
-        draft_probs = self._draft_probs(proposal, target_probs.shape[-1])
-        n_accepted = self._count_accepted(target_probs[:n], draft_probs, proposal.target_ids)
-        if n_accepted == n:
-            return VerifyOutcome(n, sample_from_probs(target_probs[n], self.generator))
-        residual = self._residual(target_probs[n_accepted], draft_probs[n_accepted])
-        return VerifyOutcome(n_accepted, sample_from_probs(residual, self.generator))
-
-    @staticmethod
-    def _draft_probs(proposal: Proposal, target_rows: int) -> torch.Tensor:
-        """q as float64 [n, target_rows]; one-hot rows for a deterministic proposal."""
-        n = len(proposal.target_ids)
-        if proposal.target_probs is None:
-            one_hot = torch.zeros(n, target_rows, dtype=torch.float64)
-            one_hot[torch.arange(n), torch.tensor(proposal.target_ids)] = 1.0
-            return one_hot
-        draft_probs = proposal.target_probs
-        if draft_probs.shape != (n, target_rows):
-            raise ValueError(
-                f"proposal.target_probs has shape {tuple(draft_probs.shape)}, expected ({n}, {target_rows}): "
-                "the drafter must carry its distributions into the target's logit rows"
-            )
-        return draft_probs.to(torch.float64)
-
-    def _count_accepted(self, target_probs: torch.Tensor, draft_probs: torch.Tensor, target_ids: list[int]) -> int:
-        n = len(target_ids)
-        rows = torch.arange(n)
-        ids = torch.tensor(target_ids, dtype=torch.long)
-        p_token = target_probs[rows, ids].to(torch.float64)
-        q_token = draft_probs[rows, ids]
-        if bool((q_token <= 0).any()):
+    def _accepts(self, target_prob: torch.Tensor, draft_prob: torch.Tensor) -> bool:
+        """True with probability min(1, p/q) (u < p/q, written without the division)."""
+        if not float(draft_prob) > 0.0:
             raise ValueError("a proposed token has zero probability under the distribution it was drawn from: drafter bug")
-        uniforms = torch.rand(n, generator=self.generator, dtype=torch.float64)
-        # u < p/q, written without the division: accepts with probability min(1, p/q)
-        accepted = uniforms * q_token < p_token
-        return int(accepted.to(torch.int64).cumprod(0).sum())
+        uniform = float(torch.rand(1, generator=self.generator, dtype=torch.float64))
+        return uniform * float(draft_prob) < float(target_prob)
 
-    @staticmethod
-    def _residual(target_row: torch.Tensor, draft_row: torch.Tensor) -> torch.Tensor:
-        """max(0, p - q), unnormalised (multinomial normalises). If rounding left it all zero
-        (p == q, where a rejection has probability ~0 anyway) p itself is the right law."""
-        residual = (target_row.to(torch.float64) - draft_row).clamp_min_(0.0)
-        if not float(residual.sum()) > 0.0:
-            return target_row
-        return residual
+
+def check_draft_probs(proposal: Proposal, target_rows: int) -> None:
+    if proposal.target_probs is None:
+        return
+    expected = (len(proposal.target_ids), target_rows)
+    if tuple(proposal.target_probs.shape) != expected:
+        raise ValueError(
+            f"proposal.target_probs has shape {tuple(proposal.target_probs.shape)}, expected {expected}: "
+            "the drafter must carry its distributions into the target's logit rows"
+        )
+
+
+def draft_row(proposal: Proposal, position: int, target_rows: int) -> torch.Tensor:
+    """q at `position` in float64; one-hot at the proposed token for a deterministic proposal."""
+    if proposal.target_probs is not None:
+        return proposal.target_probs[position].to(torch.float64)
+    point_mass = torch.zeros(target_rows, dtype=torch.float64)
+    point_mass[proposal.target_ids[position]] = 1.0
+    return point_mass
+
+
+def residual(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
+    """max(0, p - q), unnormalised (the sampler normalises). If rounding left it all zero
+    (p == q, where a rejection has probability ~0 anyway) p itself is the right law."""
+    leftover = (target_probs.to(torch.float64) - draft_probs).clamp_min_(0.0)
+    if not float(leftover.sum()) > 0.0:
+        return target_probs
+    return leftover

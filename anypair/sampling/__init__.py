@@ -1,0 +1,20 @@
+"""Lossless sampling pieces shared by drafters, verifiers and `anypair inspect`.
+
+    warp_logits                  the target's (or draft's) temperature / top-k / top-p, as transformers does it
+    sample_draft_token           one draft sample restricted to the vocabulary intersection, carried to target ids
+    intersection_probability_mass  how much target probability the intersection covers (inspect's estimate)
+
+The verifier that uses them is `anypair.verifiers.sampling.SamplingVerifier`.
+"""
+from anypair.sampling.draft import DraftSample, sample_draft_token
+from anypair.sampling.mass import intersection_probability_mass
+from anypair.sampling.warping import make_generator, sample_from_probs, warp_logits
+
+__all__ = [
+    "DraftSample",
+    "intersection_probability_mass",
+    "make_generator",
+    "sample_draft_token",
+    "sample_from_probs",
+    "warp_logits",
+]

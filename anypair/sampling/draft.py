@@ -1,0 +1,81 @@
+"""One draft sample restricted to the tokens the target can also write, carried into target ids.
+
+A draft token whose bytes are not a single target token cannot be proposed to the target one
+token for one token, so the draft samples only inside the vocabulary intersection. The
+distribution it samples from (intersection-masked, then the draft's own temperature / top-k /
+top-p) is returned in target-id space: that is the `q` the rejection-sampling verifier needs.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Protocol
+
+import torch
+
+from anypair.sampling.warping import sample_from_probs, warp_logits
+from anypair.types import SamplingConfig
+
+#: below this share of the draft's probability on the intersection the draft proposes nothing:
+#: its guess would be a token it itself thinks unlikely, so a target sample is the better round
+MIN_INTERSECTION_MASS = 1e-3
+
+
+class VocabMapLike(Protocol):
+    """What sampling needs from the translator's `VocabMap`."""
+
+    #: [draft model rows] target id with identical bytes, -1 where none (padded rows too)
+    draft_to_target: torch.Tensor
+    #: [target model rows] a draft id with identical bytes, -1 where none
+    target_to_draft: torch.Tensor
+
+
+class DraftSample(NamedTuple):
+    draft_id: int
+    target_id: int
+    #: [target model rows] the exact distribution `target_id` was drawn from (float32, sums to 1)
+    target_probs: torch.Tensor
+
+
+def intersection_mask(vocab_map: VocabMapLike, draft_rows: int) -> torch.Tensor:
+    """Bool [draft_rows]: draft ids that have a target token with identical bytes."""
+    draft_to_target = vocab_map.draft_to_target
+    if draft_to_target.shape[0] < draft_rows:
+        raise ValueError(
+            f"vocab map covers {draft_to_target.shape[0]} draft ids but the draft model has {draft_rows} "
+            "logit rows: build the VocabMap with the draft model's vocabulary size"
+        )
+    return draft_to_target[:draft_rows] >= 0
+
+
+def intersection_share(draft_logits: torch.Tensor, in_intersection: torch.Tensor, cfg: SamplingConfig) -> float:
+    """Probability the draft (at its temperature, before top-k/top-p) puts on the intersection."""
+    scaled = draft_logits.to(torch.float32) / float(cfg.temperature)
+    inside = torch.logsumexp(scaled.masked_fill(~in_intersection, float("-inf")), dim=-1)
+    return float(torch.exp(inside - torch.logsumexp(scaled, dim=-1)))
+
+
+def sample_draft_token(
+    draft_logits: torch.Tensor,
+    vocab_map: VocabMapLike,
+    cfg: SamplingConfig,
+    generator: torch.Generator,
+    min_intersection_mass: float = MIN_INTERSECTION_MASS,
+) -> Optional[DraftSample]:
+    """Sample a draft token among those the target shares; None when the intersection holds
+    less than `min_intersection_mass` of the draft's probability (then the round proposes nothing).
+    """
+    if draft_logits.dim() != 1:
+        raise ValueError(f"sample_draft_token wants one row of draft logits [V], got shape {tuple(draft_logits.shape)}")
+    in_intersection = intersection_mask(vocab_map, draft_logits.shape[0])
+    if not intersection_share(draft_logits, in_intersection, cfg) >= min_intersection_mass:  # also catches NaN
+        return None
+    masked_logits = draft_logits.masked_fill(~in_intersection, float("-inf"))
+    draft_probs = warp_logits(masked_logits, cfg)
+    draft_id = sample_from_probs(draft_probs, generator)
+
+    draft_to_target = vocab_map.draft_to_target[: draft_logits.shape[0]]
+    target_rows = vocab_map.target_to_draft.shape[0]
+    # several draft ids may spell the same bytes (a byte-fallback piece and a plain token): their
+    # probabilities add up on the one target id they all stand for
+    target_probs = torch.zeros(target_rows, dtype=draft_probs.dtype)
+    target_probs.index_add_(0, draft_to_target[in_intersection], draft_probs[in_intersection])
+    return DraftSample(draft_id, int(draft_to_target[draft_id]), target_probs)
