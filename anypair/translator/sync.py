@@ -107,7 +107,13 @@ class DraftSync:
         draft_ids: list[int] = []
         for run in split_valid_runs(data):
             if run.text is not None:
-                draft_ids.extend(self.draft_tok.encode_continuation(run.text))
+                run_ids = self.draft_tok.encode_continuation(run.text)
+                if self.draft_tok.decode_bytes(run_ids) != run.data:
+                    raise TokenizerError(
+                        f"draft tokenizer {self.draft_tok.name!r} does not give back the bytes of {run.text[:40]!r} "
+                        "(it normalizes text?); the draft context would drift from the committed text"
+                    )
+                draft_ids.extend(run_ids)
                 continue
             for byte in run.data:
                 byte_id = self.draft_tok.byte_token_id(byte)

@@ -76,12 +76,27 @@ class Translator:
             return TargetProposal(target_ids=lead_ids, n_stable=len(lead_ids), n_bytes=len(lead_ids))
         text = body[:body_end].decode("utf-8")
         body_ids = self.target_tok.encode_continuation(text)
+        if self.target_tok.decode_bytes(body_ids) != body[:body_end]:
+            body_ids, body_end = self._round_tripping_prefix(body_ids, body[:body_end])
+        if not body_ids:
+            return TargetProposal(target_ids=lead_ids, n_stable=len(lead_ids), n_bytes=len(lead_ids))
         n_body_stable = len(body_ids) if draft_finished else self.stable_prefix_length(text, body_ids)
         return TargetProposal(
             target_ids=lead_ids + body_ids,
             n_stable=len(lead_ids) + n_body_stable,
             n_bytes=len(lead_ids) + body_end,
         )
+
+    def _round_tripping_prefix(self, body_ids: list[int], body: bytes) -> tuple[list[int], int]:
+        """The longest prefix of `body_ids` whose bytes start `body`: a tokenizer that breaks its
+        round-trip contract (e.g. Unicode normalization) must not make us propose other text."""
+        offset = 0
+        for count, token_id in enumerate(body_ids):
+            data = self.target_tok.token_bytes(token_id)
+            if not body.startswith(data, offset):
+                return body_ids[:count], offset
+            offset += len(data)
+        return body_ids, offset
 
     def _continuation_byte_ids(self, proposed: bytes) -> list[int] | None:
         ids = []
