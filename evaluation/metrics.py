@@ -91,7 +91,7 @@ def execute_humaneval(example: Example, completion: str, timeout_s: float = EXEC
 
 # ---- ROUGE --------------------------------------------------------------------------------------
 
-SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9])")
+SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"'”’)\]]))\s+(?=[\"'“‘(\[]?[A-Z0-9])")
 
 
 def split_sentences(text: str) -> list[str]:

@@ -1,0 +1,249 @@
+"""The evaluation harness: loaders on the real local data, prompt building with the real Qwen2.5
+tokenizer, pass@1 and ROUGE on known cases, speedup statistics, resuming, and the report files."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `evaluation` is not an installed package
+
+from evaluation import data, metrics, prompts, records, report, run  # noqa: E402
+from evaluation.methods import BASELINE_METHOD, Decoding, MethodOutput, strip_end_of_sequence  # noqa: E402
+
+QWEN = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+
+
+# ---- loaders ------------------------------------------------------------------------------------
+
+
+def test_humaneval_loader_reads_all_164_problems_from_the_package():
+    examples = data.load_task("humaneval")
+    assert len(examples) == 164
+    first = examples[0]
+    assert first.example_id == "HumanEval/0" and first.entry_point == "has_close_elements"
+    assert first.document.startswith("from typing import List") and "def check(candidate)" in first.test_code
+    assert first.reference.strip().startswith("for idx, elem in enumerate(numbers)")
+
+
+def test_cnn_dailymail_loader_reads_the_specbench_subset():
+    examples = data.load_task("cnn_dailymail")
+    assert len(examples) == 60
+    assert examples[0].example_id == "241"
+    assert examples[0].document.startswith("Hillary Clinton")
+    assert examples[0].reference and not examples[0].query
+
+
+def test_qmsum_loader_splits_query_from_transcript():
+    examples = data.load_task("scrolls")
+    assert len(examples) == 272
+    first = examples[0]
+    assert first.example_id == "qmsum-val-0-0"
+    assert first.query == "What were the main discussion points of the meeting?"
+    assert first.document.startswith("Professor E: So . OK .")
+    assert len(first.document.split()) > 5000 and first.reference.startswith("The group discussed")
+
+
+def test_hub_shaped_rows_give_the_same_records_as_local_ones(tmp_path):
+    """The hub's rows have the same fields (QMSum repeats an id once per reference)."""
+    local = data.load_task("scrolls")[:2]
+    hub_rows = []
+    for example in local:
+        row = {"id": example.example_id, "pid": example.example_id + "_0",
+               "input": f"{example.query}\n\n{example.document}", "output": example.reference}
+        hub_rows += [row, dict(row, pid=example.example_id + "_1", output="another reference")]
+    assert data.qmsum_from_rows(hub_rows) == local
+
+
+def test_a_missing_data_folder_says_what_to_pass(tmp_path):
+    with pytest.raises(data.DataError, match="--data-dir"):
+        data.load_task("cnn_dailymail", data_dir=tmp_path)
+    with pytest.raises(data.DataError, match="unknown task"):
+        data.load_task("mmlu")
+
+
+def test_a_scrolls_input_without_its_blank_line_is_refused():
+    with pytest.raises(data.DataError, match="blank line"):
+        data.split_scrolls_input("query and transcript run together")
+
+
+# ---- pass@1 and ROUGE ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def humaneval_examples():
+    return {e.example_id: e for e in data.load_task("humaneval")}
+
+
+def test_canonical_solution_passes_and_a_wrong_one_fails(humaneval_examples):
+    problem = humaneval_examples["HumanEval/2"]  # truncate_number
+    assert metrics.execute_humaneval(problem, problem.reference).passed
+    wrong = metrics.execute_humaneval(problem, "    return number\n")
+    assert not wrong.passed and wrong.detail.startswith("failed")
+
+
+def test_an_endless_completion_times_out(humaneval_examples):
+    outcome = metrics.execute_humaneval(humaneval_examples["HumanEval/2"], "    while True:\n        pass\n", timeout_s=1.0)
+    assert not outcome.passed and outcome.detail == "timed out"
+
+
+def test_the_subprocess_runner_agrees_with_the_harness(humaneval_examples):
+    problem = humaneval_examples["HumanEval/2"]
+    assert metrics.run_in_subprocess(metrics.check_program(problem, problem.reference), 5.0).passed
+    assert not metrics.run_in_subprocess(metrics.check_program(problem, "    return 0.0\n"), 5.0).passed
+
+
+def test_humaneval_completion_is_cut_at_the_stop_sequences():
+    body = "    return sorted(xs)\n"
+    assert prompts.humaneval_completion(body + "```\n\nThis sorts the list.") == body.rstrip("\n")
+    assert prompts.humaneval_completion(body + "\n\ndef main():\n    pass") == body + "\n"
+    assert prompts.humaneval_completion(body) == body
+
+
+def test_rouge_on_known_cases():
+    reference = "The cat sat on the mat. It was happy."
+    assert metrics.rouge_scores(reference, reference).rouge1 == pytest.approx(100.0)
+    assert metrics.rouge_scores("Dogs bark loudly.", reference).rouge1 == pytest.approx(0.0)
+    partial = metrics.rouge_scores("The cat sat.", reference)
+    # 3 of the prediction's 3 unigrams match, 3 of the reference's 9: F = 2PR/(P+R) = 0.5
+    assert partial.rouge1 == pytest.approx(50.0)
+    assert 0 < partial.rouge2 < partial.rouge1
+
+
+def test_sentence_splitting_for_rouge_lsum():
+    text = 'He said "stop." Then he left! Prices rose 3.5 percent.\nA new line.'
+    assert metrics.split_sentences(text) == ['He said "stop."', "Then he left!", "Prices rose 3.5 percent.", "A new line."]
+
+
+# ---- speedup statistics -------------------------------------------------------------------------
+
+
+def test_speedup_summary_median_geomean_and_interval():
+    summary = metrics.summarize_speedups([1.0, 2.0, 4.0, 0.5, 2.0], resamples=500, seed=1)
+    assert summary.n == 5 and summary.median == 2.0
+    assert summary.geometric_mean == pytest.approx(math.exp((0 + math.log(2) + math.log(4) + math.log(0.5) + math.log(2)) / 5))
+    assert summary.median_ci.low <= summary.median <= summary.median_ci.high
+    assert summary.geometric_mean_ci.low <= summary.geometric_mean <= summary.geometric_mean_ci.high
+    assert summary.geometric_mean_ci.low >= 0.5 and summary.geometric_mean_ci.high <= 4.0
+
+
+def test_speedup_summary_edge_cases():
+    assert metrics.summarize_speedups([]) is None
+    single = metrics.summarize_speedups([1.5])
+    assert single.median_ci.low == single.median_ci.high == 1.5
+    assert metrics.summarize_speedups([2.0, float("inf"), 0.0]).n == 1
+
+
+def test_method_output_figures():
+    output = MethodOutput(text="x", target_ids=[1, 2, 3, 4], prompt_tokens=10, time_to_first_token_s=0.5,
+                          total_time_s=2.0, finish_reason="length", rounds=2, draft_tokens_proposed=8, draft_tokens_accepted=2)
+    assert output.tokens_per_second == 2.0 and output.acceptance_rate == 0.25 and output.mean_accepted_per_round == 1.0
+    baseline = MethodOutput("x", [1], 10, 0.1, 1.0, "length")
+    assert baseline.acceptance_rate is None and baseline.mean_accepted_per_round is None
+    assert strip_end_of_sequence([5, 6, 7], frozenset({7})) == [5, 6]
+    assert Decoding(16).do_sample is False and Decoding(16, temperature=0.7).do_sample
+
+
+# ---- records, resuming, report ------------------------------------------------------------------
+
+
+def synthetic_record(task, example_id, method, draft, tokens_per_second, **extra):
+    new_tokens = 32
+    return records.ExampleRecord(
+        task=task, example_id=example_id, method=method, draft=draft, prompt_tokens=100, prompt_truncated=False,
+        new_tokens=new_tokens, time_to_first_token_s=0.4, total_time_s=new_tokens / tokens_per_second,
+        tokens_per_second=tokens_per_second, finish_reason="length", text="a summary.", target_ids=[1, 2, 3], **extra,
+    )
+
+
+def synthetic_records():
+    rows = []
+    for i in range(4):
+        rows.append(synthetic_record("cnn_dailymail", str(i), BASELINE_METHOD, "", 2.0,
+                                     rouge=metrics.RougeScores(40.0, 18.0, 30.0, 36.0)))
+        rows.append(synthetic_record("cnn_dailymail", str(i), "anypair", "org/Draft-A", 3.0 + i, acceptance_rate=0.5,
+                                     mean_accepted_per_round=1.5, rounds=12, identical_to_baseline=i != 3,
+                                     rouge=metrics.RougeScores(40.0, 18.0, 30.0, 36.0)))
+        rows.append(synthetic_record("humaneval", f"HumanEval/{i}", BASELINE_METHOD, "", 2.0, passed=i % 2 == 0))
+        rows.append(synthetic_record("humaneval", f"HumanEval/{i}", "hf-uag", "org/Draft-A", 1.0, passed=i % 2 == 0,
+                                     identical_to_baseline=True))
+    return rows
+
+
+def test_records_round_trip_and_resume_skips_finished_work(tmp_path):
+    store = records.RecordStore(tmp_path)
+    written = synthetic_records()[:3]
+    for record in written:
+        store.append(record)
+    with open(store.path, "a") as out:
+        out.write('{"task": "cnn_dailymail", "example_id": "9", "meth')  # a run killed mid-line
+    reopened = records.RecordStore(tmp_path)
+    assert sorted(reopened.records) == sorted(r.key for r in written)
+    assert reopened.get("cnn_dailymail", "0", "anypair", "org/Draft-A") == written[1]
+    assert reopened.is_done("humaneval", "HumanEval/0", BASELINE_METHOD, "")
+    assert not reopened.is_done("humaneval", "HumanEval/0", "hf-uag", "org/Draft-A")
+
+
+class CountingMethod:
+    """Stands in for a model-backed method: the point here is which examples get run."""
+
+    def __init__(self, name, draft_name=""):
+        self.name, self.draft_name, self.calls = name, draft_name, []
+
+    def generate(self, prompt, decoding):
+        self.calls.append(prompt.text)
+        return MethodOutput(text="x", target_ids=[1, 2], prompt_tokens=3, time_to_first_token_s=0.1,
+                            total_time_s=1.0, finish_reason="length")
+
+
+def test_interleaving_puts_the_baseline_first_and_rotates_the_rest():
+    methods = [CountingMethod("target"), CountingMethod("anypair", "d"), CountingMethod("hf-uag", "d"), CountingMethod("anypair-lookup")]
+    orders = [[m.name for m in run.interleaved_order(methods, i)] for i in range(3)]
+    assert all(order[0] == "target" for order in orders)
+    assert orders[0][1:] == ["anypair", "hf-uag", "anypair-lookup"]
+    assert orders[1][1:] == ["hf-uag", "anypair-lookup", "anypair"]
+
+
+def test_settings_mismatch_is_refused(tmp_path):
+    records.check_or_write_settings(tmp_path, {"target": "a", "max_new_tokens": 32})
+    records.check_or_write_settings(tmp_path, {"target": "a", "max_new_tokens": 32})
+    with pytest.raises(records.ResumeError, match="max_new_tokens"):
+        records.check_or_write_settings(tmp_path, {"target": "a", "max_new_tokens": 64})
+
+
+def test_report_files_from_synthetic_records(tmp_path):
+    settings = report.RunSettings(
+        target="org/Target", drafts=["org/Draft-A"], methods=["target", "anypair", "hf-uag"], tasks=["humaneval", "cnn_dailymail"],
+        n_per_task=4, max_new_tokens=32, temperature=0.0, max_prompt_tokens=1024, dtype="float32", threads=2,
+        data_source="local", command="python evaluation/run.py --n 4", versions=report.package_versions(),
+        machine=report.machine_description(),
+    )
+    summaries = report.write_report(synthetic_records(), settings, tmp_path)
+    by_key = {(s.task, s.method): s for s in summaries}
+    anypair_cnn = by_key[("cnn_dailymail", "anypair")]
+    assert anypair_cnn.speedup.median == pytest.approx(2.25)  # speedups 1.5, 2, 2.5, 3
+    assert anypair_cnn.identical_rate == 0.75 and anypair_cnn.rouge["rouge1"] == 40.0
+    assert by_key[("humaneval", "hf-uag")].speedup.geometric_mean == pytest.approx(0.5)
+    assert by_key[("humaneval", BASELINE_METHOD)].pass_at_1 == 0.5 and by_key[("humaneval", BASELINE_METHOD)].speedup is None
+
+    saved = json.loads((tmp_path / report.REPORT_JSON).read_text())
+    assert saved["settings"]["threads"] == 2 and saved["settings"]["versions"]["torch"]
+    assert len(saved["examples"]) == 16 and len(saved["summaries"]) == 4
+    table = (tmp_path / report.REPORT_MARKDOWN).read_text()
+    assert "| cnn_dailymail | anypair (Draft-A) | 4 | 2.25 [" in table and "pass@1 50.0%" in table
+    assert "Command: `python evaluation/run.py --n 4`" in table
+    png = (tmp_path / report.REPORT_PLOT).read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 5000
+
+
+def test_run_cli_arguments():
+    args = run.parse_args(["--task", "all", "--n", "3", "--max-new-tokens", "32", "--methods", "anypair,hf-uag",
+                           "--draft", "a/x, b/y"])
+    assert args.tasks == ["humaneval", "scrolls", "cnn_dailymail"]
+    assert args.method_names == ["target", "anypair", "hf-uag"]  # the baseline is always run
+    assert args.drafts == ["a/x", "b/y"]
+    with pytest.raises(SystemExit):
+        run.parse_args(["--methods", "beam-search"])
