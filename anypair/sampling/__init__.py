@@ -4,14 +4,24 @@
     sample_draft_token           one draft sample restricted to the vocabulary intersection, carried to target ids
     intersection_probability_mass  how much target probability the intersection covers (inspect's estimate)
 
-The verifier that uses them is `anypair.verifiers.sampling.SamplingVerifier`.
+The verifier that uses them, `anypair.verifiers.sampling.SamplingVerifier`, is re-exported here.
 """
 from anypair.sampling.draft import DraftSample, sample_draft_token
 from anypair.sampling.mass import intersection_probability_mass
 from anypair.sampling.warping import make_generator, sample_from_probs, warp_logits
 
+
+def __getattr__(name):  # lazy: anypair.verifiers.sampling imports this package's modules
+    if name == "SamplingVerifier":
+        from anypair.verifiers.sampling import SamplingVerifier
+
+        return SamplingVerifier
+    raise AttributeError(name)
+
+
 __all__ = [
     "DraftSample",
+    "SamplingVerifier",
     "intersection_probability_mass",
     "make_generator",
     "sample_draft_token",

@@ -35,6 +35,15 @@ class DraftSample(NamedTuple):
     target_probs: torch.Tensor
 
 
+class IdentityMap:
+    """Same vocabulary, same logit rows: every draft id is the target id. Prefer the translator's
+    `VocabMap` (identity mode), which also knows padded rows and special tokens."""
+
+    def __init__(self, rows: int) -> None:
+        self.draft_to_target = torch.arange(rows, dtype=torch.long)
+        self.target_to_draft = self.draft_to_target
+
+
 def intersection_mask(vocab_map: VocabMapLike, draft_rows: int) -> torch.Tensor:
     """Bool [draft_rows]: draft ids that have a target token with identical bytes."""
     draft_to_target = vocab_map.draft_to_target
@@ -55,16 +64,19 @@ def intersection_share(draft_logits: torch.Tensor, in_intersection: torch.Tensor
 
 def sample_draft_token(
     draft_logits: torch.Tensor,
-    vocab_map: VocabMapLike,
+    vocab_map: Optional[VocabMapLike],
     cfg: SamplingConfig,
     generator: torch.Generator,
     min_intersection_mass: float = MIN_INTERSECTION_MASS,
 ) -> Optional[DraftSample]:
     """Sample a draft token among those the target shares; None when the intersection holds
     less than `min_intersection_mass` of the draft's probability (then the round proposes nothing).
+    `vocab_map=None` means draft ids are target ids over the same logit rows.
     """
     if draft_logits.dim() != 1:
         raise ValueError(f"sample_draft_token wants one row of draft logits [V], got shape {tuple(draft_logits.shape)}")
+    if vocab_map is None:
+        vocab_map = IdentityMap(draft_logits.shape[0])
     in_intersection = intersection_mask(vocab_map, draft_logits.shape[0])
     if not intersection_share(draft_logits, in_intersection, cfg) >= min_intersection_mass:  # also catches NaN
         return None
