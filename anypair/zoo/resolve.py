@@ -1,0 +1,83 @@
+"""Name -> location -> loaded model: zoo folder first, then a local folder, then the hub id as given."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from anypair.errors import TokenizerError, UnknownModelError
+from anypair.zoo.conversion import converted_dir, is_converted
+from anypair.zoo.fetching import unknown_name_error
+from anypair.zoo.registry import TOKENIZER_FAMILIES, ZOO_MODELS
+from anypair.zoo.tokenizer_files import family_path, fetch_tokenizers, is_cached
+
+
+def is_zoo_model(name: str | os.PathLike) -> bool:
+    return str(name) in ZOO_MODELS
+
+
+def model_dir(hub_id: str) -> Path | None:
+    """The converted zoo folder of `hub_id` if it is fully present, else None."""
+    model = ZOO_MODELS.get(hub_id)
+    if model is None or not is_converted(model):
+        return None
+    return converted_dir(model)
+
+
+def tokenizer_path(family: str, *, fetch_missing: bool = True) -> Path:
+    """Local file (or folder, for multi-file families) of a tokenizer family, fetching it if allowed."""
+    asset = TOKENIZER_FAMILIES.get(family)
+    if asset is None:
+        raise TokenizerError(
+            f"Unknown tokenizer family {family!r}. Known families: {', '.join(TOKENIZER_FAMILIES)}."
+        )
+    if is_cached(asset):
+        return family_path(asset)
+    if not fetch_missing:
+        raise TokenizerError(f"Tokenizer family {family!r} is not fetched yet; run `anypair fetch {family}`.")
+    return fetch_tokenizers([asset])[family]
+
+
+def _looks_like_hub_id(name: str) -> bool:
+    parts = name.split("/")
+    return len(parts) == 2 and all(parts) and not name.startswith((".", "~"))
+
+
+def resolve_model(name_or_path: str | os.PathLike) -> str | Path:
+    """Zoo folder (fetched if missing), else an existing local folder, else an 'org/name' hub id string."""
+    name = str(name_or_path)
+    if name in ZOO_MODELS:
+        from anypair.zoo.fetching import fetch
+
+        return fetch([name])[name]
+    local = Path(name).expanduser()
+    if local.is_dir():
+        return local
+    if _looks_like_hub_id(name):
+        return name
+    raise unknown_name_error(name)
+
+
+def _hub_failure(name: str, error: Exception) -> UnknownModelError:
+    return UnknownModelError(
+        f"Could not load {name!r} from the model hub ({type(error).__name__}: {error}). Without hub access, "
+        f"use a zoo model ({', '.join(ZOO_MODELS)}; `anypair fetch` downloads them) or a local folder."
+    )
+
+
+def load_model(name_or_path: str | os.PathLike, *, dtype=None, device: str = "cpu"):
+    """(model, tokenizer) through AutoModelForCausalLM / AutoTokenizer from wherever the name resolves."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    location = resolve_model(name_or_path)
+    dtype = torch.bfloat16 if dtype is None else dtype
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(location)
+        model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype)
+    except OSError as error:
+        if isinstance(location, Path):
+            raise UnknownModelError(f"{location} is not a loadable model folder: {error}") from error
+        raise _hub_failure(str(location), error) from error
+    model.to(device)
+    model.eval()
+    return model, tokenizer

