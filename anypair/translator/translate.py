@@ -5,12 +5,17 @@ on its own with `encode_continuation` (cost bounded by the proposal, never by th
 
 Which translated tokens are *stable*: the last few target tokens of a chunk may merge with text
 that follows (" foo" + "bar" -> " foobar", "  " + "x" -> " " + " x", "\\n" + "\\n" -> "\\n\\n").
-Rule used here: encode the chunk once alone and once followed by each of a few probe
-continuations (one per kind of character a pre-tokenizer separates: letter, digit, space,
-newline, punctuation, a non-ASCII letter); a token is stable when every one of those encodings
-keeps it, i.e. `n_stable` = the shortest common prefix. `evaluation/bench_translator.py` measures
-how often this keeps a token that real text then changed, and how often it drops one that real text
-kept, against the blind "always drop the last token" rule.
+Rule used here: encode the chunk once alone and once followed by each of three probe
+continuations -- a letter (the word goes on), a space (a run of spaces goes on / the space is
+taken by the next word) and a newline (punctuation and newline runs merge with it); a token is
+stable when every one of those encodings keeps it, i.e. `n_stable` = the shortest common prefix.
+Measured with `evaluation/bench_translator.py` on HumanEval text (600 proposals of 6 draft tokens
+per pair): these three probes catch nearly all tokens that real text then changed (e.g. 110 of 116
+for Qwen2 <- Gemma-3) while dropping 30-55% fewer truly stable tokens than "always drop the last
+token"; more probes (digits, punctuation, capitals, non-ASCII letters) caught almost nothing more
+and dropped more. Note for the caller: under greedy verification a wrong tail token costs nothing
+(the target rejects it and writes its own token at that place), so proposing the whole list is
+never worse than proposing the stable part; n_stable matters to policies that must be exact.
 """
 from __future__ import annotations
 
@@ -19,8 +24,8 @@ from dataclasses import dataclass
 from anypair.tokenization.base import TokenizerAdapter
 from anypair.translator.utf8 import leading_continuation_count, valid_prefix_length
 
-#: what may follow a proposal: one probe per character class the common pre-tokenizers split on
-STABILITY_PROBES: tuple[str, ...] = ("a", "A", "0", " a", " ", "\n", ".", "(", "é")
+#: what may follow a proposal (see the module docstring for why these three)
+STABILITY_PROBES: tuple[str, ...] = ("a", " ", "\n")
 
 
 @dataclass(frozen=True)
