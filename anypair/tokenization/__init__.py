@@ -17,6 +17,11 @@ from anypair.tokenization.hf import HFTokenizerAdapter
 _VOCABULARY_MISMATCH_TOLERANCE = 0.01
 
 
+def from_hf(hf_tokenizer, model_vocab_size: int | None = None) -> HFTokenizerAdapter:
+    """Adapter for a transformers fast tokenizer loaded with a model (see HFTokenizerAdapter.from_hf)."""
+    return HFTokenizerAdapter.from_hf(hf_tokenizer, model_vocab_size=model_vocab_size)
+
+
 def load_tokenizer(name_or_path: str | Path) -> TokenizerAdapter:
     """A zoo tokenizer family name, or a path to tokenizer.json / .model / .tiktoken / .gguf /
     Tekken json / GPT-2 encoder.json folder / HF folder."""
@@ -152,6 +157,7 @@ __all__ = [
     "TableTokenizerAdapter",
     "TokenizerAdapter",
     "TokenizerError",
+    "from_hf",
     "load_tokenizer",
     "load_tokenizer_file",
     "same_vocabulary",
