@@ -60,7 +60,8 @@ class DecodeSession:
     # -- helpers ------------------------------------------------------------------------------
     def _mask_padding(self, logits: torch.Tensor) -> torch.Tensor:
         if logits.shape[-1] > self._n_real:
-            logits[..., self._n_real:] = float("-inf")
+            with torch.inference_mode():  # backends return inference tensors
+                logits[..., self._n_real:] = float("-inf")
         return logits
 
     def _disable_drafter(self, reason: str) -> None:
