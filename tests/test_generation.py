@@ -2,6 +2,8 @@
 assisted greedy output must equal the target's own greedy output, token for token."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -210,8 +212,7 @@ def test_input_errors(models):
 def test_stop_strings(models):
     gen = make_gen(models, SMOL)
     full = gen.generate(PROMPTS["code"], max_new_tokens=N_NEW).text
-    stop = full[10:14]
-    assert stop.strip()
+    stop = re.search(r"[A-Za-z_]{3,}", full[5:]).group(0)  # a word the output reaches after a few tokens
     cut = gen.generate(PROMPTS["code"], max_new_tokens=N_NEW, stop=[stop])
     assert cut.finish_reason == "stop_string"
     assert cut.text == full[: full.find(stop)]

@@ -57,6 +57,19 @@ def resolve_model(name_or_path: str | os.PathLike) -> str | Path:
     raise unknown_name_error(name)
 
 
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether the Hugging Face hub answers (False at once when offline mode is set)."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return False
+    import socket
+
+    try:
+        with socket.create_connection(("huggingface.co", 443), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
 def _hub_failure(name: str, error: Exception) -> UnknownModelError:
     return UnknownModelError(
         f"Could not load {name!r} from the model hub ({type(error).__name__}: {error}). Without hub access, "
@@ -71,9 +84,12 @@ def load_model(name_or_path: str | os.PathLike, *, dtype=None, device: str = "cp
 
     location = resolve_model(name_or_path)
     dtype = torch.bfloat16 if dtype is None else dtype
+    # without a reachable hub, transformers retries for about a minute before failing: look only
+    # in the local hub cache instead, and fail at once when the model is not there
+    local_only = isinstance(location, str) and not hub_reachable()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(location)
-        model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype)
+        tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=local_only)
+        model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype, local_files_only=local_only)
     except OSError as error:
         if isinstance(location, Path):
             raise UnknownModelError(f"{location} is not a loadable model folder: {error}") from error
