@@ -14,7 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `evaluation` 
 from evaluation import data, metrics, prompts, records, report, run  # noqa: E402
 from evaluation.methods import BASELINE_METHOD, Decoding, MethodOutput, strip_end_of_sequence  # noqa: E402
 
-QWEN = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+QWEN_SMALL = "Qwen/Qwen2.5-Coder-0.5B-Instruct"
+SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
 # ---- loaders ------------------------------------------------------------------------------------
@@ -247,3 +248,51 @@ def test_run_cli_arguments():
     assert args.drafts == ["a/x", "b/y"]
     with pytest.raises(SystemExit):
         run.parse_args(["--methods", "beam-search"])
+
+
+# ---- prompts, with the real Qwen2.5 tokenizer ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def qwen_tokenizer(zoo_fetch):
+    """Qwen2.5-Coder-0.5B's tokenizer and chat template: the 1.5B target's, in the test group."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(zoo_fetch[QWEN_SMALL])
+
+
+def test_scrolls_prompt_is_cut_in_the_transcript_and_keeps_the_query(qwen_tokenizer):
+    example = data.load_task("scrolls")[0]
+    built = prompts.build_prompt(example, qwen_tokenizer, max_prompt_tokens=600)
+    assert built.truncated and built.uses_chat_template
+    assert built.prompt_tokens <= 600
+    assert built.prompt_tokens == len(qwen_tokenizer(built.text, add_special_tokens=False)["input_ids"])
+    assert built.text.endswith(f"Query:\n{example.query}\n\nAnswer:<|im_end|>\n<|im_start|>assistant\n")
+    kept_transcript = built.text.split("Transcript:\n", 1)[1].split("\n\nQuery:", 1)[0]
+    assert example.document.startswith(kept_transcript)  # the start of the meeting, cut at a line end
+    assert example.document[len(kept_transcript)] == "\n"
+    assert prompts.QMSUM_INSTRUCTION in built.text
+    # The cut is as late as it can be: one more utterance would not have fitted.
+    next_utterance = example.document[len(kept_transcript) + 1 :].split("\n", 1)[0]
+    one_more_line = built.text.replace(kept_transcript, kept_transcript + "\n" + next_utterance, 1)
+    assert len(qwen_tokenizer(one_more_line, add_special_tokens=False)["input_ids"]) > 600
+
+
+def test_a_prompt_that_fits_is_left_whole(qwen_tokenizer):
+    example = data.load_task("cnn_dailymail")[0]
+    built = prompts.build_prompt(example, qwen_tokenizer, max_prompt_tokens=4096)
+    assert not built.truncated and example.document in built.text
+    assert built.text.startswith("<|im_start|>system\n") and prompts.SUMMARIZE_INSTRUCTION in built.text
+
+
+def test_humaneval_prompt_opens_the_reply_with_the_function(qwen_tokenizer):
+    example = data.load_task("humaneval")[0]
+    built = prompts.build_prompt(example, qwen_tokenizer)
+    assert built.text.endswith("<|im_start|>assistant\n```python\n" + example.document)
+    with pytest.raises(prompts.PromptError, match="cannot be cut"):
+        prompts.build_prompt(example, qwen_tokenizer, max_prompt_tokens=50)
+
+
+def test_an_instruction_longer_than_the_limit_is_refused(qwen_tokenizer):
+    with pytest.raises(prompts.PromptError, match="raise --max-prompt-tokens"):
+        prompts.build_prompt(data.load_task("scrolls")[0], qwen_tokenizer, max_prompt_tokens=40)
