@@ -135,7 +135,8 @@ class TableTokenizerAdapter(TokenizerAdapter):
         if self.decode_bytes(ids) != text.encode("utf-8"):
             raise TokenizerError(
                 f"{self.name} cannot encode {text[:40]!r} losslessly (its normalizer changes the "
-                "text); use a tokenizer without lossy normalization for this model"
+                "text, or its vocabulary has no token for some of these bytes); this text cannot "
+                "be drafted with this tokenizer"
             )
         return ids
 

@@ -27,6 +27,14 @@ _OPENAI_BLOB_URLS = {
     "cl100k_base": "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
     "o200k_base": "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
 }
+# tiktoken's own expected hashes (tiktoken_ext/openai_public.py). Checked before tiktoken sees the
+# file: on a mismatch tiktoken would silently try to download the official file instead.
+_OPENAI_SHA256 = {
+    "r50k_base": "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930",
+    "p50k_base": "94b5ca7dff4d00767bc256fdd1b27e5b17361d7b8a5f968547f9f23eb70d2069",
+    "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+    "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+}
 LLAMA3_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -124,6 +132,12 @@ def openai_encoding(path: str | Path) -> TiktokenAdapter:
         )
     if not path.is_file():
         raise TokenizerError(f"tiktoken file {path} does not exist")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != _OPENAI_SHA256[encoding_name]:
+        raise TokenizerError(
+            f"{path} is not the official {encoding_name} file (SHA-256 {digest[:12]}..., expected "
+            f"{_OPENAI_SHA256[encoding_name][:12]}...); re-fetch it with `anypair fetch`"
+        )
     cache_dir = home() / "tiktoken-cache"
     cache_dir.mkdir(parents=True, exist_ok=True)
     cached = cache_dir / hashlib.sha1(url.encode()).hexdigest()
