@@ -207,7 +207,13 @@ def settings_lines(settings: RunSettings) -> str:
     )
 
 
-def plot_speedups(summaries: Sequence[MethodSummary], path: Path) -> None:
+def plot_title(settings: RunSettings) -> str:
+    decoding = "greedy" if settings.temperature == 0 else f"T={settings.temperature:g}"
+    return (f"target {short_model_name(settings.target)}\n{settings.n_per_task} examples/task, "
+            f"{settings.max_new_tokens} new tokens, {decoding}, {settings.dtype}, {settings.threads} threads")
+
+
+def plot_speedups(summaries: Sequence[MethodSummary], path: Path, title: str = "") -> None:
     """Grouped bars: geometric-mean speedup per task, one bar per method (and draft), with its 95% CI."""
     import matplotlib
 
@@ -235,6 +241,8 @@ def plot_speedups(summaries: Sequence[MethodSummary], path: Path) -> None:
     axes.set_xticks(range(len(tasks)), tasks)
     axes.set_ylabel("speedup over the target alone (geo-mean, 95% CI)")
     axes.legend(fontsize="small")
+    if title:
+        axes.set_title(title, fontsize="small")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
@@ -258,5 +266,5 @@ def write_report(records: Iterable[ExampleRecord], settings: RunSettings, out_di
         )
     )
     (out_dir / REPORT_MARKDOWN).write_text(markdown_table(summaries) + "\n" + settings_lines(settings))
-    plot_speedups(summaries, out_dir / REPORT_PLOT)
+    plot_speedups(summaries, out_dir / REPORT_PLOT, plot_title(settings))
     return summaries
