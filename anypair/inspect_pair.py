@@ -115,38 +115,50 @@ class PairReport:
 
 
 # -- loading -----------------------------------------------------------------------------------
-def _load_tokenizer(spec: TokenizerLike) -> TokenizerAdapter:
+@dataclass(frozen=True)
+class ResolvedSide:
+    """Where a TARGET/DRAFT argument's tokenizer lives, and its model config when it is a model."""
+
+    tokenizer_location: Union[str, TokenizerAdapter]
+    config: Optional[dict]
+
+
+def resolve_side(spec: TokenizerLike) -> ResolvedSide:
+    """A loaded adapter, a zoo tokenizer family ("qwen2"), a tokenizer file, or a model (zoo name,
+    local folder, hub id). Only a model's config.json is read, never its weights."""
     if isinstance(spec, TokenizerAdapter):
-        return spec
-    from anypair.tokenization import load_tokenizer
+        return ResolvedSide(spec, None)
+    name = str(spec)
+    from anypair.zoo import TOKENIZER_FAMILIES, resolve_model, tokenizer_path
 
-    return load_tokenizer(str(spec))
-
-
-def _model_config(spec: TokenizerLike) -> Optional[dict]:
-    """The model's config.json when `spec` names a model (zoo name, local folder or hub id), else
-    None (a tokenizer family or file). Only the config is read, never the weights."""
-    if isinstance(spec, TokenizerAdapter) or Path(str(spec)).expanduser().is_file():
-        return None
-    from anypair.zoo import resolve_model
-
-    try:
-        resolved = resolve_model(str(spec))
-    except AnyPairError:
-        return None
+    if name in TOKENIZER_FAMILIES:
+        return ResolvedSide(str(tokenizer_path(name)), None)
+    if Path(name).expanduser().is_file():
+        return ResolvedSide(name, None)
+    resolved = resolve_model(name)  # raises UnknownModelError with advice for anything else
     folder = Path(_folder_of(resolved)).expanduser()
     if folder.is_dir():
         config_file = folder / "config.json"
-        if not config_file.is_file():
-            return None
-        with open(config_file, encoding="utf-8") as f:
-            return json.load(f)
-    try:  # a hub id: transformers fetches config.json alone
+        config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else None
+        return ResolvedSide(str(folder), config)
+    return ResolvedSide(str(resolved), _hub_config(str(resolved)))
+
+
+def _hub_config(hub_id: str) -> Optional[dict]:
+    try:  # transformers fetches config.json alone
         from transformers import AutoConfig
 
-        return AutoConfig.from_pretrained(str(resolved)).to_dict()
+        return AutoConfig.from_pretrained(hub_id).to_dict()
     except (OSError, ValueError):
         return None
+
+
+def _load_tokenizer(location: Union[str, TokenizerAdapter]) -> TokenizerAdapter:
+    if isinstance(location, TokenizerAdapter):
+        return location
+    from anypair.tokenization import load_tokenizer
+
+    return load_tokenizer(location)
 
 
 def _folder_of(resolved) -> str:
@@ -236,8 +248,10 @@ def inspect_pair(target: TokenizerLike, draft: TokenizerLike, sample_text: Optio
     from anypair.translator import VocabMap
 
     sample = DEFAULT_SAMPLE_TEXT if sample_text is None else sample_text
-    target_tok, draft_tok = _load_tokenizer(target), _load_tokenizer(draft)
-    target_config, draft_config = _model_config(target), _model_config(draft)
+    target_side_spec, draft_side_spec = resolve_side(target), resolve_side(draft)
+    target_tok = _load_tokenizer(target_side_spec.tokenizer_location)
+    draft_tok = _load_tokenizer(draft_side_spec.tokenizer_location)
+    target_config, draft_config = target_side_spec.config, draft_side_spec.config
     if target_config:
         target_tok.set_model_vocab_size(int(target_config.get("text_config", target_config).get("vocab_size", 0)))
     if draft_config:

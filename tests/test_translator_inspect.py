@@ -1,0 +1,76 @@
+"""`anypair inspect`: the pair report on real tokenizers and a real model config (SmolLM2-135M)."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+import anypair.inspect_pair as inspect_module
+from anypair.errors import UnknownModelError
+from anypair.inspect_pair import (
+    add_inspect_parser,
+    format_report,
+    inspect_pair,
+    model_shape,
+)
+
+SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(scope="module")
+def qwen_smollm_report():
+    return inspect_pair("qwen2", SMOLLM2)
+
+
+def test_report_of_a_real_pair(qwen_smollm_report):
+    report = qwen_smollm_report
+    assert not report.same_vocabulary
+    assert report.target.vocab_size > 150_000 and report.draft.vocab_size == 49_152
+    assert report.draft.model_rows == 49_152 and report.target.model_rows is None  # a family has no model
+    # SmolLM2-135M has 134,515,008 parameters (its model card); the config-only estimate must match
+    assert report.draft.model.total_params == 134_515_008
+    assert 0 < report.intersection_size < report.draft.vocab_size
+    assert 0.5 < report.sample_target_coverage < 1.0
+    assert report.target.tokens_per_word > 1 and report.draft.tokens_per_word > report.target.tokens_per_word
+    assert report.target.round_trip.failures == () and report.draft.round_trip.failures == ()
+    assert report.warnings == ()  # SmolLM2's head is 21% of it: under the threshold
+    text = format_report(report)
+    assert "vocabulary intersection: " in text and "tokens per word" in text and "49,152" in text
+
+
+def test_same_tokenizer_is_flagged_and_fully_covered():
+    report = inspect_pair("qwen2", "qwen2")
+    assert report.same_vocabulary and report.sample_target_coverage == 1.0
+    assert report.intersection_size == report.target.vocab_size - len(_qwen_specials())
+
+
+def _qwen_specials():
+    from anypair.tokenization import load_tokenizer
+    from anypair.zoo import tokenizer_path
+
+    return load_tokenizer(str(tokenizer_path("qwen2"))).special_ids
+
+
+def test_head_warning(monkeypatch, qwen_smollm_report):
+    # Gemma-3-270m's config: its 262k x 640 head is most of the model
+    gemma3_270m = {"hidden_size": 640, "vocab_size": 262_144, "num_hidden_layers": 18, "intermediate_size": 2048,
+                   "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "tie_word_embeddings": True}
+    shape = model_shape({"text_config": gemma3_270m})
+    assert abs(shape.total_params - 268_098_176) / 268_098_176 < 0.001  # published count, norms aside
+    assert shape.head_share > 0.6
+    monkeypatch.setattr(inspect_module, "HEAD_SHARE_WARNING", 0.2)
+    warnings = inspect_module._warnings(qwen_smollm_report.target, qwen_smollm_report.draft, False,
+                                        qwen_smollm_report.intersection_size, 0.9)
+    assert len(warnings) == 1 and "LM head" in warnings[0]
+    low_coverage = inspect_module._warnings(qwen_smollm_report.target, qwen_smollm_report.draft, False, 10, 0.1)
+    assert any("intersection" in w for w in low_coverage)
+
+
+def test_cli_parser_and_bad_names(capsys):
+    parser = argparse.ArgumentParser()
+    add_inspect_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["inspect", "qwen2", SMOLLM2])
+    assert args.func(args) == 0
+    assert "vocabulary intersection" in capsys.readouterr().out
+    with pytest.raises(UnknownModelError):
+        inspect_pair("qwen2", "no-such-model-or-tokenizer")
