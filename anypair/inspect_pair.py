@@ -4,7 +4,8 @@ Reports vocabulary sizes, the size of the vocabulary intersection and how much o
 target tokens it covers, tokens per word for each tokenizer, exact byte round-trips on hard
 strings, and warnings (a draft whose LM head is most of its parameters, a tiny intersection, a
 tokenizer that does not give back the bytes it was given). Model configs are read from
-config.json only; weights are never loaded.
+config.json only; weights are loaded only for `--mass`, which runs the target over the sample
+text and reports the share of its probability the intersection covers.
 """
 from __future__ import annotations
 
@@ -109,8 +110,8 @@ class PairReport:
     sample_target_coverage: float
     sample_words: int
     warnings: tuple[str, ...] = field(default=())
-    # hook for the sampling helper: the draft's probability mass on the intersection, measured with
-    # the models themselves by `intersection_probability_mass(...)`; None until something fills it
+    #: mean target probability (temperature 1) on intersection tokens over the sample's positions;
+    #: None unless measured (`--mass`): it bounds how often sampled drafts can be accepted
     intersection_probability_mass: Optional[float] = None
 
 
@@ -242,8 +243,12 @@ def _warnings(target: TokenizerSide, draft: TokenizerSide, same_vocabulary: bool
     return warnings
 
 
-def inspect_pair(target: TokenizerLike, draft: TokenizerLike, sample_text: Optional[str] = None) -> PairReport:
-    """Measure how well `draft` can draft for `target` (names, paths or loaded adapters)."""
+def inspect_pair(target: TokenizerLike, draft: TokenizerLike, sample_text: Optional[str] = None,
+                 target_model=None) -> PairReport:
+    """Measure how well `draft` can draft for `target` (names, paths or loaded adapters).
+
+    With `target_model` (a transformers causal LM or a `ModelBackend` of the target) the report
+    also carries the target's probability mass on the intersection over the sample text."""
     from anypair.tokenization import same_vocabulary as same_vocabulary_of
     from anypair.translator import VocabMap
 
@@ -272,7 +277,31 @@ def inspect_pair(target: TokenizerLike, draft: TokenizerLike, sample_text: Optio
         sample_target_coverage=coverage,
         sample_words=n_words,
         warnings=tuple(_warnings(target_side, draft_side, same, vocab_map.size, coverage)),
+        intersection_probability_mass=(
+            None if target_model is None else _probability_mass(target_model, target_tok, vocab_map, sample)),
     )
+
+
+def _probability_mass(target_model, target_tok: TokenizerAdapter, vocab_map, sample: str) -> float:
+    from anypair.sampling.mass import intersection_probability_mass
+
+    return intersection_probability_mass(target_model, target_tok, vocab_map, sample)
+
+
+def load_target_model(target: TokenizerLike):
+    """The target's weights (fp32, CPU) for `--mass`; TARGET must name a model, not a tokenizer."""
+    from anypair.errors import InputError
+
+    side = resolve_side(target)
+    if side.config is None:
+        raise InputError(
+            f"--mass needs TARGET to be a model (zoo name, hub id or model folder); {target!s} is a tokenizer")
+    import torch
+
+    from anypair.zoo import load_model
+
+    model, _ = load_model(side.tokenizer_location, dtype=torch.float32)
+    return model
 
 
 # -- output ------------------------------------------------------------------------------------
@@ -315,7 +344,8 @@ def format_report(report: PairReport) -> str:
                  f"{100 * report.intersection_size / max(d.vocab_size, 1):.1f}% of the draft's)")
     lines.append(f"sample target tokens covered by the intersection: {100 * report.sample_target_coverage:.1f}%")
     if report.intersection_probability_mass is not None:
-        lines.append(f"draft probability mass on the intersection: {100 * report.intersection_probability_mass:.1f}%")
+        lines.append("target probability mass on the intersection (sample text, temperature 1): "
+                     f"{100 * report.intersection_probability_mass:.1f}%")
     for warning in report.warnings:
         lines.append(f"warning: {warning}")
     return "\n".join(lines)
@@ -329,6 +359,9 @@ def add_inspect_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("draft", help="draft model or tokenizer")
     parser.add_argument("--sample-file", help="measure coverage and tokens per word on this text file "
                         "(default: a built-in mix of code, prose, CJK and emoji)")
+    parser.add_argument("--mass", action="store_true", help="load the target model and report the share of "
+                        "its probability (temperature 1) that the intersection covers on the sample text: an "
+                        "estimate of how well sampling will accelerate (costs one target forward pass)")
     parser.set_defaults(func=run_inspect)
     return parser
 
@@ -342,5 +375,6 @@ def run_inspect(args: argparse.Namespace) -> int:
             from anypair.errors import InputError
 
             raise InputError(f"cannot read --sample-file {args.sample_file!r} as UTF-8 text: {error}") from error
-    print(format_report(inspect_pair(args.target, args.draft, sample_text=sample)))
+    target_model = load_target_model(args.target) if args.mass else None
+    print(format_report(inspect_pair(args.target, args.draft, sample_text=sample, target_model=target_model)))
     return 0

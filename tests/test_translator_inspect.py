@@ -74,3 +74,56 @@ def test_cli_parser_and_bad_names(capsys):
     assert "vocabulary intersection" in capsys.readouterr().out
     with pytest.raises(UnknownModelError):
         inspect_pair("qwen2", "no-such-model-or-tokenizer")
+
+
+# --- --mass: the target's probability on the intersection (mechanics, random weights) ---------
+
+
+@pytest.fixture(scope="module")
+def tiny_random_qwen(tmp_path_factory):
+    """A one-layer random-weight Qwen2 with the real Qwen2.5 tokenizer and its 151,936 model rows."""
+    import shutil
+
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from anypair.zoo import resolve_model
+
+    real = resolve_model("Qwen/Qwen2.5-Coder-0.5B-Instruct")
+    folder = tmp_path_factory.mktemp("tiny-qwen")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(real / name, folder / name)
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=151_936, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+    Qwen2ForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+def test_mass_of_a_near_uniform_target_is_the_intersection_share(tiny_random_qwen, capsys):
+    # Small random weights give a near-uniform next-token distribution, so the probability mass on
+    # the intersection must be close to the share of the target's 151,936 rows that are in it.
+    import re
+
+    rows = 151_936
+    parser = argparse.ArgumentParser()
+    add_inspect_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["inspect", str(tiny_random_qwen), SMOLLM2, "--mass"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    intersection = int(re.search(r"vocabulary intersection: ([\d,]+) tokens", out)[1].replace(",", ""))
+    mass = float(re.search(r"probability mass on the intersection .*: ([\d.]+)%", out)[1]) / 100
+    assert mass == pytest.approx(intersection / rows, abs=0.02) and mass < 0.5
+
+    model = inspect_module.load_target_model(str(tiny_random_qwen))
+    same = inspect_pair(str(tiny_random_qwen), "qwen2", target_model=model)
+    assert same.target.model_rows == rows
+    assert same.intersection_probability_mass == pytest.approx(same.intersection_size / rows, abs=0.02)
+    assert same.intersection_probability_mass > 0.9
+
+
+def test_mass_needs_a_target_model():
+    from anypair.errors import InputError
+
+    with pytest.raises(InputError, match="--mass needs TARGET to be a model"):
+        inspect_module.load_target_model("qwen2")
