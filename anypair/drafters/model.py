@@ -9,6 +9,13 @@ Two paths:
 
 The draft's KV cache persists across rounds: `_context_ids` is the draft's whole token context and
 the backend caches a prefix of it; whatever is past that prefix is fed at the next step.
+
+Token healing (translated greedy path): the draft's tokenization of the committed text is cut
+wherever the target's tokens end, so its last token is often one the draft would never have
+written there (a lone "\n" where it writes "\n" + indentation as one token, half a word). A
+draft fed such a tail predicts badly. So the last draft token of the committed text is held back
+(it becomes the sync's `pending` bytes) and the draft's first token of the next round must start
+with those bytes: the draft re-writes the tail its own way.
 """
 from __future__ import annotations
 
@@ -39,6 +46,7 @@ class ModelDrafter(Drafter):
         confidence_threshold: float = 0.0,
         sampling: Optional[SamplingConfig] = None,
         generator: Optional[torch.Generator] = None,
+        token_healing: bool = True,
     ) -> None:
         from anypair.tokenization import same_vocabulary as vocab_equal
 
@@ -58,15 +66,25 @@ class ModelDrafter(Drafter):
         self._n_real = min(draft_tok.vocab_size, backend.vocab_size)
         self._draft_eos = frozenset(draft_tok.eos_ids)
         self._banned = torch.tensor(sorted(set(draft_tok.special_ids) - self._draft_eos), dtype=torch.long)
+        # healing needs the translated greedy path: sampled draft tokens must map 1:1 to target tokens
+        self.token_healing = token_healing and not self.same_vocabulary and self.sampling is None
+        self._healing_masks: dict[bytes, torch.Tensor] = {}
+        self._draft_token_bytes: Optional[list[bytes]] = None
         if not self.same_vocabulary:
-            from anypair.translator import DraftSync, Translator, VocabMap
+            from anypair.translator import DraftSync, Translator
 
             self.translator = Translator(target_tok, draft_tok)
             self.sync = DraftSync(draft_tok)
-            self.vocab_map = VocabMap(target_tok, draft_tok) if self.sampling else None
         else:
             self.translator = None
             self.sync = None
+        # sampling drafts token by token inside the vocabulary intersection (the identity map on
+        # the same-vocabulary path, sized to both models' logit rows)
+        if self.sampling is not None:
+            from anypair.sampling import pair_vocab_map
+
+            self.vocab_map = pair_vocab_map(target_tok, draft_tok)
+        else:
             self.vocab_map = None
 
     # -- request lifecycle -------------------------------------------------------------------
@@ -91,10 +109,28 @@ class ModelDrafter(Drafter):
             feed = self._context_ids[cached - 1 :]
         return self.backend.extend(feed)
 
-    def _pick(self, logits: torch.Tensor) -> tuple[int, float]:
+    def _tokens_starting_with(self, prefix: bytes) -> torch.Tensor:
+        """Ids of the draft tokens whose bytes start with `prefix` (cached: tails repeat)."""
+        allowed = self._healing_masks.get(prefix)
+        if allowed is None:
+            if self._draft_token_bytes is None:
+                self._draft_token_bytes = self.draft_tok.all_token_bytes()[: self._n_real]
+            ids = [i for i, piece in enumerate(self._draft_token_bytes) if piece.startswith(prefix)]
+            allowed = torch.tensor(ids, dtype=torch.long)
+            if len(self._healing_masks) < 4096:
+                self._healing_masks[prefix] = allowed
+        return allowed
+
+    def _pick(self, logits: torch.Tensor, must_start_with: bytes = b"") -> tuple[int, float]:
         """The draft's greedy choice among its real tokens and its confidence in it."""
         logits = logits[: self._n_real]
-        if self._banned.numel():
+        if must_start_with:
+            allowed = self._tokens_starting_with(must_start_with)
+            if allowed.numel():
+                masked = torch.full_like(logits, float("-inf"))
+                masked[allowed] = logits[allowed]
+                logits = masked
+        elif self._banned.numel():
             logits = logits.clone()
             logits[self._banned[self._banned < self._n_real]] = float("-inf")
         token = int(logits.argmax())
@@ -113,9 +149,11 @@ class ModelDrafter(Drafter):
         started = time.perf_counter()
         new_ids: list[int] = []
         finished = False
-        for step in range(max_draft_steps):
+        heal = self.sync.pending if self.token_healing else b""
+        # re-writing the held-back tail is an extra step: it proposes no new text by itself
+        for step in range(max_draft_steps + (1 if heal else 0)):
             logits = self._next_logits()
-            token, confidence = self._pick(logits)
+            token, confidence = self._pick(logits, heal if step == 0 else b"")
             if token in self._draft_eos:
                 finished = True
                 break
@@ -151,16 +189,18 @@ class ModelDrafter(Drafter):
         each sampled draft token IS a target token (identical bytes), with its distribution."""
         from anypair.sampling import sample_draft_token
 
+        if self.sync is not None and self.sync.pending:
+            # the committed text ends inside a UTF-8 character the draft cannot write yet: its next
+            # token would not continue the target's text, so this round is one target sample
+            self._proposed_draft_ids = []
+            return Proposal([], source=self.name)
         started = time.perf_counter()
         new_ids: list[int] = []
         target_ids: list[int] = []
         dists: list[torch.Tensor] = []
         for _ in range(min(max_draft_steps, max_target_tokens)):
             logits = self._next_logits()
-            if self.same_vocabulary:
-                picked = sample_draft_token(logits, None, self.sampling, self.generator)
-            else:
-                picked = sample_draft_token(logits, self.vocab_map, self.sampling, self.generator)
+            picked = sample_draft_token(logits, self.vocab_map, self.sampling, self.generator)
             if picked is None:
                 break
             draft_id, target_id, q_target = picked
@@ -189,8 +229,14 @@ class ModelDrafter(Drafter):
         realignment = self.sync.commit(committed, proposed)
         self.translate_seconds += time.perf_counter() - started
         kept = len(self._context_ids) - realignment.n_drop
+        append = list(realignment.append_draft_ids)
+        if self.token_healing and append and not self.sync.pending:
+            held_back = self.draft_tok.token_bytes(append[-1])
+            if held_back:
+                append.pop()
+                self.sync.pending = held_back
         del self._context_ids[kept:]
-        self._context_ids.extend(realignment.append_draft_ids)
+        self._context_ids.extend(append)
         if self.backend.cached_length > kept:
             self.backend.crop(kept)
 

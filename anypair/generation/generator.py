@@ -244,7 +244,12 @@ class AnyPairGenerator:
                 raise InputError(
                     f"prompt ({len(draft_ids)} draft tokens) + max_new_tokens ({max_new_tokens}) exceeds the draft's "
                     f"context of {draft_limit} tokens: use a draft with a longer context, drafter='lookup', or assisted=False")
-        policy = make_policy(self.draft_length, self.num_draft_tokens)
+        draft_length = self.draft_length
+        if sampling.do_sample and seed is not None and draft_length == "adaptive":
+            # the adaptive length follows measured timings: the number of random draws per round, and
+            # so the sampled text, would depend on machine load; the heuristic depends on outcomes only
+            draft_length = "heuristic"
+        policy = make_policy(draft_length, self.num_draft_tokens)
         request = DecodeRequest(target_ids, max_new_tokens, self.target.eos_ids, stop_strings, draft_request)
         return DecodeSession(self.target_backend, self.target.tokenizer, drafter, self._verifier(sampling, generator),
                              policy, request)

@@ -2,11 +2,12 @@
 
     warp_logits                  the target's (or draft's) temperature / top-k / top-p, as transformers does it
     sample_draft_token           one draft sample restricted to the vocabulary intersection, carried to target ids
+    pair_vocab_map               the intersection map of a tokenizer pair, built once per pair
     intersection_probability_mass  how much target probability the intersection covers (inspect's estimate)
 
 The verifier that uses them, `anypair.verifiers.sampling.SamplingVerifier`, is re-exported here.
 """
-from anypair.sampling.draft import DraftSample, sample_draft_token
+from anypair.sampling.draft import DraftSample, pair_vocab_map, sample_draft_token
 from anypair.sampling.mass import intersection_probability_mass
 from anypair.sampling.warping import make_generator, sample_from_probs, warp_logits
 
@@ -24,6 +25,7 @@ __all__ = [
     "SamplingVerifier",
     "intersection_probability_mass",
     "make_generator",
+    "pair_vocab_map",
     "sample_draft_token",
     "sample_from_probs",
     "warp_logits",

@@ -7,7 +7,8 @@ top-p) is returned in target-id space: that is the `q` the rejection-sampling ve
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Protocol
+import weakref
+from typing import Any, NamedTuple, Optional, Protocol
 
 import torch
 
@@ -42,6 +43,23 @@ class IdentityMap:
     def __init__(self, rows: int) -> None:
         self.draft_to_target = torch.arange(rows, dtype=torch.long)
         self.target_to_draft = self.draft_to_target
+
+
+#: target adapter -> draft adapter -> VocabMap; weak keys so a dropped tokenizer frees its map
+_PAIR_MAPS: "weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[Any, Any]]" = weakref.WeakKeyDictionary()
+
+
+def pair_vocab_map(target_tok: Any, draft_tok: Any):
+    """The translator's `VocabMap` for a pair of tokenizer adapters (identity mode when they are the
+    same vocabulary), built once per pair: a 150k-token vocabulary takes about a second to map,
+    which must not be paid again by every sampled request."""
+    from anypair.translator import VocabMap
+
+    by_draft = _PAIR_MAPS.setdefault(target_tok, weakref.WeakKeyDictionary())
+    vocab_map = by_draft.get(draft_tok)
+    if vocab_map is None:
+        vocab_map = by_draft[draft_tok] = VocabMap(target_tok, draft_tok)
+    return vocab_map
 
 
 def intersection_mask(vocab_map: VocabMapLike, draft_rows: int) -> torch.Tensor:
