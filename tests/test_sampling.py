@@ -1,0 +1,339 @@
+"""Lossless sampling at the unit level: the verifier's output law equals the target's p.
+
+Distributions live on real-sized vocabularies (Qwen2's 151,936 logit rows with 271 padded rows,
+a 49,152-token draft with padded rows of its own). Each distribution check is a chi-square
+goodness-of-fit test against the exactly known p at false-alarm rate ALPHA = 1e-3 (seeds are
+fixed, so runs are deterministic). The same statistic must reject deliberately broken verifiers:
+that is what shows the checks can fail.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from anypair.sampling import make_generator, sample_draft_token, sample_from_probs, warp_logits
+from anypair.sampling.draft import IdentityMap
+from anypair.types import Proposal, SamplingConfig
+from anypair.verifiers import sampling as sampling_verifier
+from anypair.verifiers.sampling import SamplingVerifier
+from test_sampling_stats import ALPHA, chi_square_p_value, total_variation
+
+QWEN_ROWS, QWEN_TOKENS = 151_936, 151_665  # Qwen2.5 LM-head rows / tokenizer ids
+DRAFT_ROWS, DRAFT_TOKENS = 49_216, 49_152  # a SmolLM2-sized draft, padded to a multiple of 64
+POSITIONS = 3  # first tokens checked per sample
+
+
+@dataclass
+class VocabMapStandIn:
+    """Index tensors shaped like the translator's VocabMap (the real one is used in test_sampling_e2e)."""
+
+    draft_to_target: torch.Tensor
+    target_to_draft: torch.Tensor
+
+
+@dataclass
+class SyntheticPair:
+    target_logits: torch.Tensor  # [POSITIONS + 1, target rows]
+    draft_logits: torch.Tensor  # [POSITIONS, draft rows]
+    vocab_map: VocabMapStandIn
+
+
+def make_vocab_map(target_rows, target_tokens, draft_rows, draft_tokens, shared, generator) -> VocabMapStandIn:
+    """`shared` draft ids get distinct target twins; two extra draft ids spell the same bytes as an
+    already shared one (SentencePiece `<0xNN>` twins); padded rows map nowhere."""
+    draft_to_target = torch.full((draft_rows,), -1, dtype=torch.long)
+    target_to_draft = torch.full((target_rows,), -1, dtype=torch.long)
+    draft_ids = torch.randperm(draft_tokens, generator=generator)[:shared]
+    target_ids = torch.randperm(target_tokens, generator=generator)[:shared]
+    draft_to_target[draft_ids] = target_ids
+    target_to_draft[target_ids] = draft_ids
+    free = torch.nonzero(draft_to_target[:draft_tokens] < 0).flatten()[:2]
+    draft_to_target[free] = target_ids[0]
+    return VocabMapStandIn(draft_to_target, target_to_draft)
+
+
+def make_pair(seed: int, target_rows=QWEN_ROWS, target_tokens=QWEN_TOKENS, draft_rows=DRAFT_ROWS,
+              draft_tokens=DRAFT_TOKENS, shared=30_000, support=40, in_intersection=30) -> SyntheticPair:
+    """Peaked target rows (a `support`-token head, some of it outside the intersection, over a
+    long tail) and draft rows that like an overlapping but different set, with differently
+    ordered preferences, so p and q differ a lot and every verifier path is taken."""
+    generator = torch.Generator().manual_seed(seed)
+    vocab_map = make_vocab_map(target_rows, target_tokens, draft_rows, draft_tokens, shared, generator)
+    shared_draft = torch.nonzero(vocab_map.draft_to_target >= 0).flatten()
+    outside_draft = torch.nonzero(vocab_map.draft_to_target[:draft_tokens] < 0).flatten()
+    outside_target = torch.nonzero(vocab_map.target_to_draft[:target_tokens] < 0).flatten()
+
+    target_logits = 0.5 * torch.randn(POSITIONS + 1, target_rows, generator=generator)
+    target_logits[:, target_tokens:] = float("-inf")  # padded rows: the loop masks them
+    draft_logits = 0.5 * torch.randn(POSITIONS, draft_rows, generator=generator)
+    draft_logits[:, draft_tokens:] = 13.0  # padded draft rows must never be proposed
+    for row in range(POSITIONS + 1):
+        pick = shared_draft[torch.randperm(shared_draft.numel(), generator=generator)[: in_intersection + 10]]
+        head_shared = vocab_map.draft_to_target[pick[:in_intersection]]
+        head_outside = outside_target[torch.randperm(outside_target.numel(), generator=generator)[: support - in_intersection]]
+        head = torch.cat([head_shared, head_outside])
+        target_logits[row, head] = 13.0 + 1.5 * torch.randn(head.numel(), generator=generator)
+        if row < POSITIONS:
+            # the draft roughly agrees with the target on the shared head, and also likes tokens the target does not
+            draft_logits[row, pick[:in_intersection]] = target_logits[row, head_shared] + torch.randn(in_intersection, generator=generator)
+            draft_logits[row, pick[in_intersection:]] = 12.0 + torch.randn(10, generator=generator)
+            draft_only = outside_draft[torch.randperm(outside_draft.numel(), generator=generator)[:10]]
+            draft_logits[row, draft_only] = 13.0  # mass the intersection mask must remove
+    return SyntheticPair(target_logits, draft_logits, vocab_map)
+
+
+def draft_distributions(pair: SyntheticPair, draft_cfg: SamplingConfig) -> list:
+    """q per position in target ids, from sample_draft_token itself (None: drafter declines)."""
+    generator = make_generator(0)
+    picks = [sample_draft_token(pair.draft_logits[j], pair.vocab_map, draft_cfg, generator) for j in range(POSITIONS)]
+    return [None if pick is None else pick.target_probs for pick in picks]
+
+
+def speculative_counts(pair: SyntheticPair, target_cfg: SamplingConfig, draft_probs: list, n_samples: int,
+                       seed: int, verifier_cls=SamplingVerifier, deterministic_draft: bool = False):
+    """Token counts [POSITIONS, target rows] of the first POSITIONS emitted tokens over n_samples
+    runs of propose-verify rounds, plus the acceptance rate. Rows are context-free, so the
+    emitted tokens are independent and position j must follow p_j = warp(target_logits[j])."""
+    generator = make_generator(seed)
+    verifier = verifier_cls(target_cfg, generator)
+    # the harness draws draft tokens by inverse CDF on precomputed CDFs (sample_draft_token's own
+    # draws are checked against the q it reports in test_draft_sample_follows_the_distribution_it_reports)
+    draft_cdfs = [None if q is None else torch.cumsum(q.to(torch.float64), 0) for q in draft_probs]
+    counts = torch.zeros(POSITIONS, pair.target_logits.shape[1], dtype=torch.long)
+    proposed = accepted = 0
+    for _ in range(n_samples):
+        emitted: list[int] = []
+        while len(emitted) < POSITIONS:
+            start = len(emitted)
+            target_ids, rows = [], []
+            for j in range(start, POSITIONS):
+                if draft_probs[j] is None:
+                    break
+                if deterministic_draft:
+                    target_ids.append(int(draft_probs[j].argmax()))
+                else:
+                    threshold = torch.rand(1, generator=generator, dtype=torch.float64) * draft_cdfs[j][-1]
+                    target_ids.append(int(torch.searchsorted(draft_cdfs[j], threshold, right=True)))
+                    rows.append(draft_probs[j])
+            proposal = Proposal(target_ids, torch.stack(rows) if rows else None)
+            outcome = verifier.verify(pair.target_logits[start : start + len(target_ids) + 1], proposal)
+            proposed += len(target_ids)
+            accepted += outcome.n_accepted
+            emitted += target_ids[: outcome.n_accepted] + [outcome.next_target_id]
+        counts[torch.arange(POSITIONS), torch.tensor(emitted[:POSITIONS])] += 1
+    return counts, accepted / max(proposed, 1)
+
+
+def min_p_value(pair: SyntheticPair, target_cfg: SamplingConfig, counts: torch.Tensor) -> float:
+    return min(chi_square_p_value(counts[j], warp_logits(pair.target_logits[j], target_cfg)) for j in range(POSITIONS))
+
+
+class AcceptEveryDraftToken(SamplingVerifier):
+    """Broken on purpose: trusts the draft blindly (output follows q, not p)."""
+
+    def _accepts(self, target_prob, draft_prob) -> bool:
+        return True
+
+
+T1 = SamplingConfig(do_sample=True, temperature=1.0)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Vector ops on one 150k row are too small to split: extra threads only contend (CI has 2 cores)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def qwen_sized_pair():
+    return make_pair(seed=1)
+
+
+@pytest.fixture(scope="module")
+def qwen_sized_draft_probs(qwen_sized_pair):
+    return draft_distributions(qwen_sized_pair, T1)
+
+
+def test_fixture_is_discriminating(qwen_sized_pair, qwen_sized_draft_probs):
+    """p and q must differ a lot, and part of p must lie outside the intersection, else the
+    distribution checks below would be weak."""
+    for j in range(POSITIONS):
+        p = warp_logits(qwen_sized_pair.target_logits[j], T1)
+        q = qwen_sized_draft_probs[j]
+        assert total_variation(p, q) > 0.3
+        outside = qwen_sized_pair.vocab_map.target_to_draft < 0
+        assert float(p[outside].sum()) > 0.03
+        assert float(q[outside].sum()) == 0.0
+
+
+def test_output_follows_target_distribution(qwen_sized_pair, qwen_sized_draft_probs):
+    counts, acceptance = speculative_counts(qwen_sized_pair, T1, qwen_sized_draft_probs, n_samples=800, seed=11)
+    # every path taken: acceptances, rejections with residual resampling, bonus tokens
+    assert 0.15 < acceptance < 0.85, acceptance
+    assert min_p_value(qwen_sized_pair, T1, counts) > ALPHA / POSITIONS  # Bonferroni over positions
+
+
+def test_accept_everything_verifier_is_caught(qwen_sized_pair, qwen_sized_draft_probs):
+    counts, _ = speculative_counts(qwen_sized_pair, T1, qwen_sized_draft_probs, n_samples=300, seed=12,
+                                   verifier_cls=AcceptEveryDraftToken)
+    assert min_p_value(qwen_sized_pair, T1, counts) < ALPHA / POSITIONS
+
+
+def test_resample_from_p_instead_of_residual_is_caught(qwen_sized_pair, qwen_sized_draft_probs, monkeypatch):
+    """The classic bug: after a rejection, sampling from p again double-counts what q proposed."""
+    monkeypatch.setattr(sampling_verifier, "residual", lambda target_probs, draft_probs: target_probs)
+    counts, _ = speculative_counts(qwen_sized_pair, T1, qwen_sized_draft_probs, n_samples=600, seed=13)
+    assert min_p_value(qwen_sized_pair, T1, counts) < ALPHA / POSITIONS
+
+
+def test_deterministic_proposals_are_lossless(qwen_sized_pair, qwen_sized_draft_probs):
+    """A lookup drafter proposes without a distribution: the verifier treats it as a point mass."""
+    counts, acceptance = speculative_counts(qwen_sized_pair, T1, qwen_sized_draft_probs, n_samples=400, seed=14,
+                                            deterministic_draft=True)
+    assert acceptance > 0.02
+    assert min_p_value(qwen_sized_pair, T1, counts) > ALPHA / POSITIONS
+
+
+WARPS = [
+    # (target cfg, draft cfg): the draft's own warping may differ from the target's; top-p over the
+    # full vocabulary is checked end to end in test_sampling_e2e
+    (SamplingConfig(do_sample=True, temperature=0.7), SamplingConfig(do_sample=True, temperature=0.7)),
+    (SamplingConfig(do_sample=True, temperature=1.3, top_k=20), SamplingConfig(do_sample=True, temperature=1.3, top_k=20)),
+]
+
+
+@pytest.mark.parametrize("target_cfg,draft_cfg", WARPS, ids=["T0.7", "T1.3-k20"])
+def test_warped_output_follows_warped_target(target_cfg, draft_cfg):
+    # a Llama-2-sized vocabulary keeps the top-p sorts cheap
+    pair = make_pair(seed=2, target_rows=32_064, target_tokens=32_000, draft_rows=32_000, draft_tokens=32_000, shared=20_000)
+    draft_probs = draft_distributions(pair, draft_cfg)
+    counts, acceptance = speculative_counts(pair, target_cfg, draft_probs, n_samples=500, seed=21)
+    assert acceptance > 0.05
+    assert min_p_value(pair, target_cfg, counts) > ALPHA / POSITIONS
+    broken, _ = speculative_counts(pair, target_cfg, draft_probs, n_samples=300, seed=22, verifier_cls=AcceptEveryDraftToken)
+    assert min_p_value(pair, target_cfg, broken) < ALPHA / POSITIONS
+
+
+def test_small_intersection_declines_or_stays_lossless():
+    """A draft sharing 1% of its vocabulary: positions where the intersection holds almost none of
+    the draft's mass propose nothing (one target sample), others propose from what is left."""
+    pair = make_pair(seed=3, shared=500, in_intersection=3, support=40)
+    generator = torch.Generator().manual_seed(5)
+    hopeless = pair.draft_logits[0].clone()
+    hopeless[pair.vocab_map.draft_to_target < 0] += 30.0  # all the draft's mass is off the intersection
+    pair.draft_logits[0] = hopeless
+    draft_probs = draft_distributions(pair, T1)
+    assert draft_probs[0] is None and draft_probs[1] is not None
+    counts, _ = speculative_counts(pair, T1, draft_probs, n_samples=400, seed=31)
+    assert min_p_value(pair, T1, counts) > ALPHA / POSITIONS
+    del generator
+
+
+# -- sample_draft_token ----------------------------------------------------------------------
+
+
+def test_draft_sample_follows_the_distribution_it_reports(qwen_sized_pair):
+    cfg = SamplingConfig(do_sample=True, temperature=0.9, top_k=30)
+    logits = qwen_sized_pair.draft_logits[0]
+    generator = make_generator(41)
+    picks = [sample_draft_token(logits, qwen_sized_pair.vocab_map, cfg, generator) for _ in range(600)]
+    reported = picks[0].target_probs
+    assert all(torch.equal(pick.target_probs, reported) for pick in picks[:20])
+    assert abs(float(reported.sum()) - 1.0) < 1e-5
+    for pick in picks:
+        assert int(qwen_sized_pair.vocab_map.draft_to_target[pick.draft_id]) == pick.target_id
+    counts = torch.bincount(torch.tensor([pick.target_id for pick in picks]), minlength=QWEN_ROWS)
+    assert chi_square_p_value(counts, reported) > ALPHA
+
+
+def test_draft_never_leaves_the_intersection_nor_picks_padded_rows(qwen_sized_pair):
+    vocab_map = qwen_sized_pair.vocab_map
+    generator = make_generator(42)
+    for j in range(POSITIONS):
+        pick = sample_draft_token(qwen_sized_pair.draft_logits[j], vocab_map, T1, generator)
+        outside = vocab_map.target_to_draft < 0
+        assert float(pick.target_probs[outside].sum()) == 0.0
+        assert pick.draft_id < DRAFT_TOKENS and pick.target_id >= 0
+
+
+def test_twin_draft_tokens_add_up_on_their_target_id():
+    """Two draft ids with the same bytes (a piece and its byte-fallback twin) are one target token."""
+    draft_to_target = torch.tensor([0, 1, 1, -1])
+    vocab_map = VocabMapStandIn(draft_to_target, torch.tensor([0, 1, -1]))
+    logits = torch.log(torch.tensor([0.2, 0.3, 0.4, 0.1]))
+    pick = sample_draft_token(logits, vocab_map, T1, make_generator(0))
+    assert torch.allclose(pick.target_probs, torch.tensor([0.2 / 0.9, 0.7 / 0.9, 0.0]))
+
+
+def test_draft_declines_when_intersection_holds_no_mass():
+    vocab_map = VocabMapStandIn(torch.tensor([-1, -1, 0, 1]), torch.tensor([2, 3]))
+    logits = torch.tensor([10.0, 10.0, -20.0, float("-inf")])
+    assert sample_draft_token(logits, vocab_map, T1, make_generator(0)) is None
+    logits = torch.tensor([10.0, 10.0, float("-inf"), float("-inf")])
+    assert sample_draft_token(logits, vocab_map, T1, make_generator(0)) is None
+    logits = torch.tensor([1.0, 1.0, 1.0, float("-inf")])
+    assert sample_draft_token(logits, vocab_map, T1, make_generator(0)).target_id == 0
+
+
+def test_identity_map_for_same_vocabulary():
+    logits = torch.randn(QWEN_ROWS, generator=torch.Generator().manual_seed(0))
+    pick = sample_draft_token(logits, None, T1, make_generator(0))
+    assert pick.draft_id == pick.target_id
+    assert torch.allclose(pick.target_probs, torch.softmax(logits, dim=0))
+    pick2 = sample_draft_token(logits, IdentityMap(QWEN_ROWS), T1, make_generator(0))
+    assert pick2.draft_id == pick.draft_id and torch.equal(pick2.target_probs, pick.target_probs)
+
+
+def test_draft_map_too_short_is_a_clear_error():
+    vocab_map = VocabMapStandIn(torch.tensor([0, 1]), torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="draft model"):
+        sample_draft_token(torch.zeros(5), vocab_map, T1, make_generator(0))
+
+
+# -- warping, sampler, reproducibility --------------------------------------------------------
+
+
+def test_top_k_keeps_every_token_tied_with_the_kth():
+    """transformers' TopKLogitsWarper removes only scores strictly below the k-th: ties stay."""
+    probs = warp_logits(torch.tensor([5.0, 4.0, 4.0, 4.0, 1.0]), SamplingConfig(do_sample=True, top_k=2))
+    assert (probs > 0).tolist() == [True, True, True, True, False]
+
+
+def test_top_p_keeps_the_smallest_head_reaching_p():
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    probs = warp_logits(logits, SamplingConfig(do_sample=True, top_p=0.75))
+    assert (probs > 0).tolist() == [True, True, False, False]
+    assert torch.allclose(probs[:2], torch.tensor([0.625, 0.375]))
+
+
+def test_sampler_never_picks_zero_probability_and_matches_law():
+    probs = torch.zeros(QWEN_ROWS)
+    probs[[0, 5, 77_000, QWEN_ROWS - 1]] = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    generator = make_generator(3)
+    draws = torch.tensor([sample_from_probs(probs, generator) for _ in range(4000)])
+    counts = torch.bincount(draws, minlength=QWEN_ROWS)
+    assert chi_square_p_value(counts, probs) > ALPHA
+
+
+def test_same_seed_same_tokens_other_seed_other_tokens(qwen_sized_pair, qwen_sized_draft_probs):
+    def run(seed):
+        counts, _ = speculative_counts(qwen_sized_pair, T1, qwen_sized_draft_probs, n_samples=30, seed=seed)
+        return counts
+
+    assert torch.equal(run(5), run(5))
+    assert not torch.equal(run(5), run(6))
+
+
+def test_verifier_rejects_greedy_config_and_bad_shapes():
+    with pytest.raises(ValueError, match="GreedyVerifier"):
+        SamplingVerifier(SamplingConfig(do_sample=False))
+    verifier = SamplingVerifier(T1, make_generator(0))
+    with pytest.raises(ValueError, match="shape"):
+        verifier.verify(torch.zeros(1, 10), Proposal([1, 2]))
+    with pytest.raises(ValueError, match="target_probs"):
+        verifier.verify(torch.zeros(3, 10), Proposal([1, 2], torch.full((2, 9), 1 / 9)))
