@@ -13,6 +13,7 @@ temperatures 1.0 and 0.7. Prints a rich table per temperature and the medians; `
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import time
@@ -36,12 +37,13 @@ from anypair.types import SamplingConfig
 METHODS = ("target", "anypair", "hf-uag")
 
 
-def hf_assisted_sampling(gen, prompt_ids: list[int], max_new_tokens: int, cfg: SamplingConfig) -> tuple[list[int], float]:
-    """transformers' assisted sampling on the same loaded models (universal assisted generation when
-    the tokenizers differ). Returns (new target ids, seconds)."""
+def hf_assisted_sampling(gen, hf_draft_model, prompt_ids: list[int], max_new_tokens: int,
+                         cfg: SamplingConfig) -> tuple[list[int], float]:
+    """transformers' assisted sampling on the same target and a copy of the draft (universal
+    assisted generation when the tokenizers differ). Returns (new target ids, seconds)."""
     input_ids = torch.tensor([prompt_ids], device=gen.target.model.device)
     kwargs = dict(max_new_tokens=max_new_tokens, do_sample=True, temperature=cfg.temperature, top_k=cfg.top_k,
-                  top_p=cfg.top_p, assistant_model=gen.draft.model, attention_mask=torch.ones_like(input_ids))
+                  top_p=cfg.top_p, assistant_model=hf_draft_model, attention_mask=torch.ones_like(input_ids))
     if not gen.same_vocabulary:
         kwargs.update(tokenizer=gen.target.hf_tokenizer, assistant_tokenizer=gen.draft.hf_tokenizer)
     torch.manual_seed(cfg.seed if cfg.seed is not None else 0)
@@ -60,6 +62,9 @@ def run(args: argparse.Namespace) -> dict[float, BenchReport]:
     from anypair.generation.generator import AnyPairGenerator
 
     gen = AnyPairGenerator(args.target, args.draft, dtype=args.dtype, threads=args.threads)
+    # transformers' universal assisted sampling prunes and re-indexes the assistant's LM head and
+    # embeddings IN PLACE: sharing the draft would corrupt anypair's draft, so it gets a copy
+    hf_draft_model = None if args.no_hf else copy.deepcopy(gen.draft.model)
     prompts = humaneval_prompts(args.n)
     reports = {
         temperature: BenchReport(settings=dict(
@@ -78,7 +83,7 @@ def run(args: argparse.Namespace) -> dict[float, BenchReport]:
     sample(prompts[0], warm, False)  # warm-up: one-off allocation and kernel-selection costs
     sample(prompts[0], warm, True)
     if not args.no_hf:
-        hf_assisted_sampling(gen, gen.target.render(prompts[0], None), 8, warm)
+        hf_assisted_sampling(gen, hf_draft_model, gen.target.render(prompts[0], None), 8, warm)
 
     from rich.progress import track
 
@@ -91,7 +96,7 @@ def run(args: argparse.Namespace) -> dict[float, BenchReport]:
         report.runs.append(figures_from_result("anypair", i, sample(prompts[i], cfg, True), None))
         if not args.no_hf:
             prompt_ids = gen.target.render(prompts[i], None)
-            new_ids, seconds = hf_assisted_sampling(gen, prompt_ids, args.max_new_tokens, cfg)
+            new_ids, seconds = hf_assisted_sampling(gen, hf_draft_model, prompt_ids, args.max_new_tokens, cfg)
             report.runs.append(hf_figures(i, len(prompt_ids), new_ids, seconds))
     return reports
 
