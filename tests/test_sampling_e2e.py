@@ -217,7 +217,7 @@ def tiny_gen(tiny_pair):
 
 @pytest.fixture(scope="module")
 def reference_t1(tiny_gen):
-    return sample_requests(tiny_gen, T1, n=800, seed=100, assisted=False)
+    return sample_requests(tiny_gen, T1, n=600, seed=100, assisted=False)
 
 
 # -- the distribution tests ----------------------------------------------------------------------
@@ -248,7 +248,7 @@ def test_reference_first_token_follows_exact_p(tiny_gen, tiny_pair, reference_t1
 
 
 def test_speculative_sampling_keeps_target_distribution(tiny_gen, tiny_pair, reference_t1):
-    speculative = sample_requests(tiny_gen, T1, n=600, seed=101)
+    speculative = sample_requests(tiny_gen, T1, n=500, seed=101)
     assert speculative.draft_failures == 0
     # every verifier path is taken: acceptances, rejections with residual resampling, bonus tokens
     assert 0.1 < speculative.acceptance < 0.9, speculative.acceptance
@@ -272,8 +272,8 @@ WARPS = {
 @pytest.mark.parametrize("name", list(WARPS))
 def test_warped_speculative_sampling_keeps_target_distribution(tiny_gen, name):
     cfg = WARPS[name]
-    reference = sample_requests(tiny_gen, cfg, n=300, seed=200, assisted=False)
-    speculative = sample_requests(tiny_gen, cfg, n=300, seed=201)
+    reference = sample_requests(tiny_gen, cfg, n=250, seed=200, assisted=False)
+    speculative = sample_requests(tiny_gen, cfg, n=250, seed=201)
     assert speculative.draft_failures == 0 and speculative.accepted > 0
     assert min_homogeneity_p_value(speculative, reference) > ALPHA / len(POSITIONS)
 
