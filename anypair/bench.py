@@ -89,36 +89,41 @@ def hf_assisted(target, draft, prompt_ids: list[int], max_new_tokens: int, same_
 
 
 def run_bench(target: str, draft: Optional[str], prompts: Sequence[str], *, max_new_tokens: int = 128,
-              drafter: str = "model", dtype: Optional[str] = None, threads: Optional[int] = None,
+              drafters: Sequence[str] = ("model",), dtype: Optional[str] = None, threads: Optional[int] = None,
               draft_length: str = "adaptive", num_draft_tokens: Optional[int] = None,
               compare_hf: bool = False, chat: bool = False, repeats: int = 1, progress: bool = True) -> BenchReport:
+    """Per prompt, in this order: the target alone, anypair with each drafter, transformers' UAG."""
     from anypair.generation.generator import AnyPairGenerator
 
-    gen = AnyPairGenerator(target, draft, drafter=drafter, dtype=dtype, threads=threads,
+    gen = AnyPairGenerator(target, draft, drafter=drafters[0], dtype=dtype, threads=threads,
                            draft_length=draft_length, num_draft_tokens=num_draft_tokens)
     report = BenchReport(settings=dict(
-        target=target, draft=draft, drafter=drafter, dtype=str(gen.dtype), threads=torch.get_num_threads(),
+        target=target, draft=draft, drafters=list(drafters), dtype=str(gen.dtype), threads=torch.get_num_threads(),
         max_new_tokens=max_new_tokens, draft_length=draft_length, num_draft_tokens=num_draft_tokens,
-        n_prompts=len(prompts), repeats=repeats, torch=torch.__version__, machine=platform.processor() or platform.machine(),
+        n_prompts=len(prompts), repeats=repeats, torch=torch.__version__, machine=machine_description(),
         compare_hf=compare_hf, chat=chat))
 
-    def call(prompt: str, assisted: bool):
+    def call(prompt: str, drafter: Optional[str]):
+        gen.drafter_spec = drafter or drafters[0]
+        kwargs = dict(max_new_tokens=max_new_tokens, assisted=drafter is not None)
         if chat:
-            return gen.generate(messages=[{"role": "user", "content": prompt}], max_new_tokens=max_new_tokens, assisted=assisted)
-        return gen.generate(prompt, max_new_tokens=max_new_tokens, assisted=assisted)
+            return gen.generate(messages=[{"role": "user", "content": prompt}], **kwargs)
+        return gen.generate(prompt, **kwargs)
 
     # warm-up: first calls pay one-off allocation and kernel-selection costs
-    call(prompts[0], False)
-    call(prompts[0], True)
+    call(prompts[0], None)
+    for drafter in drafters:
+        call(prompts[0], drafter)
     from rich.progress import track
 
     jobs = [(i, r) for i in range(len(prompts)) for r in range(repeats)]
     for i, _ in track(jobs, description="benchmarking", disable=not progress):
         prompt = prompts[i]
-        base = call(prompt, False)
+        base = call(prompt, None)
         report.runs.append(figures_from_result("target", i, base, None))
-        assisted = call(prompt, True)
-        report.runs.append(figures_from_result(f"anypair-{drafter}", i, assisted, base.target_ids))
+        for drafter in drafters:
+            assisted = call(prompt, drafter)
+            report.runs.append(figures_from_result(f"anypair-{drafter}", i, assisted, base.target_ids))
         if compare_hf and gen.draft is not None:
             ids = gen.target.render(None, [{"role": "user", "content": prompt}]) if chat else gen.target.render(prompt, None)
             new_ids, seconds = hf_assisted(gen.target, gen.draft, ids, max_new_tokens, gen.same_vocabulary)
@@ -126,6 +131,22 @@ def run_bench(target: str, draft: Optional[str], prompts: Sequence[str], *, max_
                                           1000 * seconds / max(len(new_ids), 1), len(new_ids) / seconds,
                                           identical_to_target=new_ids == list(base.target_ids)))
     return report
+
+
+def machine_description() -> str:
+    """CPU model and core count, e.g. 'AMD EPYC 9R14 (2 cores)'."""
+    import os
+
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{model} ({os.cpu_count()} cores)"
 
 
 def format_report(report: BenchReport) -> str:
@@ -136,7 +157,7 @@ def format_report(report: BenchReport) -> str:
 
     methods = list(dict.fromkeys(r.method for r in report.runs))
     table = Table(title="anypair bench: " + ", ".join(f"{k}={v}" for k, v in report.settings.items()
-                                                      if k in ("target", "draft", "drafter", "dtype", "threads", "max_new_tokens")))
+                                                      if k in ("target", "draft", "dtype", "threads", "max_new_tokens", "machine")))
     for col in ("ex", "method", "prompt tok", "new tok", "total s", "prefill ms", "ms/tok", "tok/s", "accept", "acc/round", "same", "speedup"):
         table.add_column(col, justify="right")
     base = {r.example: r.tokens_per_s for r in report.runs if r.method == "target"}

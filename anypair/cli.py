@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from anypair.errors import AnyPairError
+from anypair.errors import AnyPairError, InputError
 
 DEFAULT_TARGET = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
 DEFAULT_DRAFT = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -75,8 +75,12 @@ def run_bench_cmd(args) -> int:
         prompts = [p for p in text.split("\n\n\n") if p.strip()][: args.n]
     else:
         prompts = humaneval_prompts(args.n)
-    draft = None if args.drafter == "lookup" else args.assistant_model
-    report = run_bench(args.model, draft, prompts, max_new_tokens=args.max_new_tokens, drafter=args.drafter,
+    drafters = [d.strip() for d in (args.drafters or args.drafter).split(",") if d.strip()]
+    unknown = sorted(set(drafters) - {"model", "lookup", "hybrid"})
+    if unknown:
+        raise InputError(f"unknown drafter(s) {unknown}: choose among model, lookup, hybrid")
+    draft = None if drafters == ["lookup"] else args.assistant_model
+    report = run_bench(args.model, draft, prompts, max_new_tokens=args.max_new_tokens, drafters=drafters,
                        dtype=args.dtype, threads=args.threads, draft_length=args.draft_length,
                        num_draft_tokens=args.num_draft_tokens, compare_hf=args.compare_hf, chat=args.chat,
                        repeats=args.repeats)
@@ -116,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--n", type=int, default=10, help="number of prompts (default: the first 10 HumanEval prompts)")
     b.add_argument("--prompts", help="a text file of prompts separated by two blank lines")
     b.add_argument("--chat", action="store_true", help="send each prompt as a chat message")
+    b.add_argument("--drafters", help="comma-separated drafters to run side by side, e.g. model,hybrid,lookup (default: --drafter)")
     b.add_argument("--compare-hf", action="store_true", help="also run transformers' universal assisted generation")
     b.add_argument("--repeats", type=int, default=1)
     b.add_argument("--json", help="save every figure to this JSON file")
