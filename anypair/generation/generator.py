@@ -145,6 +145,7 @@ class AnyPairGenerator:
         self.confidence_threshold = confidence_threshold
         self.last_result: Optional[GenerationResult] = None
         self._drafters: dict[tuple, Drafter] = {}
+        self._same_vocabulary: Optional[bool] = None
 
     # -- construction ---------------------------------------------------------------------------
     def _make_backend(self, member, role: str):
@@ -159,11 +160,14 @@ class AnyPairGenerator:
 
     @property
     def same_vocabulary(self) -> bool:
+        """Whether target and draft ids mean the same bytes (decided once: it scans both vocabularies)."""
         if self.draft is None:
             return False
-        from anypair.tokenization import same_vocabulary
+        if self._same_vocabulary is None:
+            from anypair.tokenization import same_vocabulary
 
-        return same_vocabulary(self.target.tokenizer, self.draft.tokenizer)
+            self._same_vocabulary = same_vocabulary(self.target.tokenizer, self.draft.tokenizer)
+        return self._same_vocabulary
 
     def _model_drafter(self, sampling: Optional[SamplingConfig], generator: Optional[torch.Generator]) -> Drafter:
         from anypair.drafters.model import ModelDrafter
@@ -175,8 +179,16 @@ class AnyPairGenerator:
         def render(request: DraftRequest) -> list[int]:
             return draft.render(request.prompt, request.messages)
 
-        return ModelDrafter(self.draft_backend, draft.tokenizer, self.target.tokenizer, render,
-                            confidence_threshold=self.confidence_threshold, sampling=sampling, generator=generator)
+        greedy = sampling is None or not sampling.do_sample
+        cached = self._drafters.get(("model", self.confidence_threshold)) if greedy else None
+        if cached is not None:  # a greedy drafter holds no per-request state past `start`
+            return cached
+        drafter = ModelDrafter(self.draft_backend, draft.tokenizer, self.target.tokenizer, render,
+                               same_vocabulary=self.same_vocabulary, confidence_threshold=self.confidence_threshold,
+                               sampling=sampling, generator=generator)
+        if greedy:
+            self._drafters[("model", self.confidence_threshold)] = drafter
+        return drafter
 
     def _drafter(self, assisted: bool, sampling: Optional[SamplingConfig], generator) -> Drafter:
         if not assisted:
