@@ -26,6 +26,7 @@ from anypair.drafters.base import DraftRequest
 from anypair.sampling import make_generator, warp_logits
 from anypair.types import SamplingConfig
 from anypair.verifiers.sampling import SamplingVerifier
+from test_sampling import T1, AcceptEveryDraftToken  # the verifier broken on purpose
 from test_sampling_stats import ALPHA, chi_square_p_value, homogeneity_p_value
 
 TARGET = "Qwen/Qwen2.5-Coder-0.5B-Instruct"
@@ -173,16 +174,7 @@ def exact_first_token_probs(gen, cfg: SamplingConfig, target_real: int) -> torch
     return warp_logits(logits, cfg)
 
 
-class AcceptEveryDraftToken(SamplingVerifier):
-    """Broken on purpose: trusts the draft blindly, so the output follows q, not p."""
-
-    def _accepts(self, target_prob, draft_prob) -> bool:
-        return True
-
-
 # -- fixtures ------------------------------------------------------------------------------------
-
-T1 = SamplingConfig(do_sample=True, temperature=1.0)
 
 
 @pytest.fixture(autouse=True, scope="module")
