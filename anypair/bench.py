@@ -91,17 +91,19 @@ def hf_assisted(target, draft, prompt_ids: list[int], max_new_tokens: int, same_
 def run_bench(target: str, draft: Optional[str], prompts: Sequence[str], *, max_new_tokens: int = 128,
               drafters: Sequence[str] = ("model",), dtype: Optional[str] = None, threads: Optional[int] = None,
               draft_length: str = "adaptive", num_draft_tokens: Optional[int] = None,
-              compare_hf: bool = False, chat: bool = False, repeats: int = 1, progress: bool = True) -> BenchReport:
+              compare_hf: bool = False, chat: bool = False, repeats: int = 1, progress: bool = True,
+              linear_kernel: str = "auto", confidence_threshold: Optional[float] = None) -> BenchReport:
     """Per prompt, in this order: the target alone, anypair with each drafter, transformers' UAG."""
     from anypair.generation.generator import AnyPairGenerator
 
     gen = AnyPairGenerator(target, draft, drafter=drafters[0], dtype=dtype, threads=threads,
-                           draft_length=draft_length, num_draft_tokens=num_draft_tokens)
+                           draft_length=draft_length, num_draft_tokens=num_draft_tokens, linear_kernel=linear_kernel,
+                           confidence_threshold=confidence_threshold)
     report = BenchReport(settings=dict(
         target=target, draft=draft, drafters=list(drafters), dtype=str(gen.dtype), threads=torch.get_num_threads(),
         max_new_tokens=max_new_tokens, draft_length=draft_length, num_draft_tokens=num_draft_tokens,
         n_prompts=len(prompts), repeats=repeats, torch=torch.__version__, machine=machine_description(),
-        compare_hf=compare_hf, chat=chat))
+        compare_hf=compare_hf, chat=chat, linear_kernel=gen.kernels, confidence_threshold=confidence_threshold))
 
     def call(prompt: str, drafter: Optional[str]):
         gen.drafter_spec = drafter or drafters[0]
@@ -157,7 +159,7 @@ def format_report(report: BenchReport) -> str:
 
     methods = list(dict.fromkeys(r.method for r in report.runs))
     table = Table(title="anypair bench: " + ", ".join(f"{k}={v}" for k, v in report.settings.items()
-                                                      if k in ("target", "draft", "dtype", "threads", "max_new_tokens", "machine")))
+                                                      if k in ("target", "draft", "dtype", "linear_kernel", "threads", "max_new_tokens", "machine")))
     for col in ("ex", "method", "prompt tok", "new tok", "total s", "prefill ms", "ms/tok", "tok/s", "accept", "acc/round", "same", "speedup"):
         table.add_column(col, justify="right")
     base = {r.example: r.tokens_per_s for r in report.runs if r.method == "target"}

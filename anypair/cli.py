@@ -17,8 +17,14 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drafter", choices=["model", "lookup", "hybrid"], default="model")
     p.add_argument("--draft-length", choices=["adaptive", "heuristic", "constant"], default="adaptive")
     p.add_argument("-k", "--num-draft-tokens", type=int, default=None, help="starting (or constant) draft length")
+    p.add_argument("--confidence-threshold", type=float, default=None,
+                   help="end a draft round once the draft's probability that its proposal is right falls below "
+                        "this (default: set by the adaptive policy from measured costs; 0: off)")
     p.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--linear-kernel", choices=["auto", "skinny", "torch"], default="auto",
+                   help="CPU kernel for the models' linear layers: auto (time both, keep the faster), "
+                        "skinny (anypair's blocked kernel for few-token steps) or torch")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--raw", action="store_true", help="treat the prompt as raw text to continue (default: a chat message when the target has a chat template)")
 
@@ -28,7 +34,8 @@ def _generator(args):
 
     draft = None if getattr(args, "no_assisted", False) or args.drafter == "lookup" else args.assistant_model
     return AnyPairGenerator(args.model, draft, drafter=args.drafter, draft_length=args.draft_length,
-                            num_draft_tokens=args.num_draft_tokens, dtype=args.dtype, threads=args.threads)
+                            num_draft_tokens=args.num_draft_tokens, dtype=args.dtype, threads=args.threads,
+                            linear_kernel=args.linear_kernel, confidence_threshold=args.confidence_threshold, confidence_threshold=args.confidence_threshold)
 
 
 def run_generate(args) -> int:
@@ -82,6 +89,7 @@ def run_bench_cmd(args) -> int:
     draft = None if drafters == ["lookup"] else args.assistant_model
     report = run_bench(args.model, draft, prompts, max_new_tokens=args.max_new_tokens, drafters=drafters,
                        dtype=args.dtype, threads=args.threads, draft_length=args.draft_length,
+                       linear_kernel=args.linear_kernel,
                        num_draft_tokens=args.num_draft_tokens, compare_hf=args.compare_hf, chat=args.chat,
                        repeats=args.repeats)
     print(format_report(report))

@@ -74,6 +74,13 @@ def test_greedy_equals_target_greedy(models, draft, kind):
     assert not result.stats.draft_failed, result.stats.draft_failure_reason
 
 
+@pytest.mark.parametrize("kernel", ["skinny", "torch"])
+def test_greedy_equal_with_each_linear_kernel(models, kernel):
+    gen = make_gen(models, SMOL, linear_kernel=kernel)
+    assert gen.kernels == f"target {kernel}, draft {kernel}"
+    check_equal(gen, models, PROMPTS["code"])
+
+
 @pytest.mark.parametrize("draft", [SMOL, GEMMA])
 def test_greedy_long_prompt(models, draft, long_prompt):
     gen = make_gen(models, draft)

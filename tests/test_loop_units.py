@@ -9,7 +9,7 @@ import torch
 from anypair.drafters.base import DraftRequest
 from anypair.drafters.lookup import PromptLookupDrafter
 from anypair.generation.text import TextAssembler
-from anypair.policies import AdaptiveLength, ConstantLength, HeuristicLength, RoundFeedback
+from anypair.policies import AdaptiveLength, ConstantLength, HeuristicLength, LinearCost, RoundFeedback
 from anypair.types import Proposal
 from anypair.verifiers.greedy import GreedyVerifier
 
@@ -74,6 +74,48 @@ def test_adaptive_prefers_long_drafts_when_cheap_and_accurate():
     for _ in range(20):
         p.update(RoundFeedback(p.next_length(), 4, 0, 0.2, 0.3, 0.05))
     assert p.next_length() <= 2
+
+
+def test_linear_cost_learns_the_verification_slope():
+    cost = LinearCost()
+    cost.add(3, 0.35)
+    assert cost(1) == cost(8) == 0.35  # one size seen: no slope yet
+    for n in (1, 2, 4, 8, 3, 6, 1, 5):
+        cost.add(n, 0.2 + 0.05 * n)
+    assert abs(cost.slope() - 0.05) < 0.01
+    assert abs(cost(1) - 0.25) < 0.03 and abs(cost(8) - 0.6) < 0.03
+
+
+def test_adaptive_stops_drafting_when_verification_grows_with_k_and_probes_again():
+    p = AdaptiveLength(maximum=12, probe_every=4)
+    steep = lambda n: 0.25 + 0.1 * n  # scoring 4 tokens costs 2.1x one token
+    assert p.best_length(0.35, draft_step=0.035, verify=steep) == 0
+    assert p.best_length(0.35, draft_step=0.035, verify=0.35) >= 1  # a flat-cost model would draft
+    assert p.best_length(0.9, draft_step=0.01, verify=steep) >= 3
+    # rounds where drafting fails: the policy settles on k = 0 (plain target steps) ...
+    for n_scored, accepted in [(6, 0), (1, 0), (4, 0), (2, 0), (5, 1), (3, 0)]:
+        k = p.next_length()
+        p.update(RoundFeedback(k, n_scored - 1, accepted, 0.03 * k, steep(n_scored), 0.03))
+    assert p.k == 0
+    # ... but drafts again every `probe_every` rounds to notice when the text gets predictable
+    lengths = []
+    for _ in range(8):
+        k = p.next_length()
+        lengths.append(k)
+        p.update(RoundFeedback(k, k, 0, 0.03 * k, steep(k + 1), 0.03))
+    assert lengths.count(0) >= 5 and any(k >= 1 for k in lengths)
+
+
+def test_adaptive_with_confidence_stopping_caps_length_and_advises_a_threshold():
+    p = AdaptiveLength(maximum=10)
+    assert p.stop_confidence() == 0.0  # no advice for drafters that cannot use it
+    p.use_confidence_stopping(True)
+    assert p.next_length() == 10
+    assert p.stop_confidence() == p.prior_stop_confidence
+    for n in (1, 3, 5, 2, 4):
+        p.update(RoundFeedback(10, n - 1, n - 1, 0.03 * n, 0.2 + 0.05 * n, 0.03))
+    # a token is worth one target step (0.25 s) and costs a draft step plus the slope (0.08 s)
+    assert abs(p.stop_confidence() - 0.08 / 0.25) < 0.03
 
 
 def test_text_assembler_split_utf8_and_stop():

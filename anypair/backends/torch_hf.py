@@ -11,6 +11,7 @@ from typing import Sequence
 import torch
 
 from anypair.backends.base import ModelBackend
+from anypair.backends.skinny_linear import install_skinny_linear
 from anypair.errors import InputError
 
 
@@ -34,9 +35,11 @@ def model_max_context(model) -> int:
 class TorchBackend(ModelBackend):
     """A Hugging Face causal LM on torch (CPU or CUDA) behind extend/crop/reset."""
 
-    def __init__(self, model, name: str = "torch") -> None:
+    def __init__(self, model, name: str = "torch", linear_kernel: str = "auto") -> None:
         self.model = model.eval()
         self.name = name
+        # switches the model's nn.Linear layers in place where the faster CPU kernel measures faster
+        self.kernel_choice = install_skinny_linear(model, linear_kernel)
         self.vocab_size = model_vocab_rows(model)
         self.max_context = model_max_context(model)
         self.device = next(model.parameters()).device

@@ -25,6 +25,8 @@ class DraftRequest:
 
 class Drafter(ABC):
     name: str = "drafter"
+    #: whether the drafter ends a round by itself once it is no longer confident (see set_stop_confidence)
+    stops_by_confidence: bool = False
 
     @abstractmethod
     def start(self, request: DraftRequest) -> None:
@@ -41,6 +43,11 @@ class Drafter(ABC):
     def step_cost_hint(self) -> Optional[float]:
         """Seconds one draft step costs, if the drafter measures it (for adaptive draft lengths)."""
         return None
+
+    def set_stop_confidence(self, threshold: float) -> None:
+        """The draft-length policy's advice for the next round: stop once the drafter's probability
+        that its whole proposal so far is right falls below `threshold`. Ignored by drafters that
+        have no such probability."""
 
 
 class NoDrafter(Drafter):

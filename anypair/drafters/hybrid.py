@@ -38,5 +38,12 @@ class HybridDrafter(Drafter):
         return self.model_drafter.step_cost_hint()
 
     @property
+    def stops_by_confidence(self) -> bool:
+        return self.model_drafter.stops_by_confidence
+
+    def set_stop_confidence(self, threshold: float) -> None:
+        self.model_drafter.set_stop_confidence(threshold)
+
+    @property
     def translate_seconds(self) -> float:
         return getattr(self.model_drafter, "translate_seconds", 0.0)

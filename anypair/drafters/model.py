@@ -43,7 +43,7 @@ class ModelDrafter(Drafter):
         render_prompt: PromptRenderer,
         *,
         same_vocabulary: Optional[bool] = None,
-        confidence_threshold: float = 0.0,
+        confidence_threshold: Optional[float] = None,
         sampling: Optional[SamplingConfig] = None,
         generator: Optional[torch.Generator] = None,
         token_healing: bool = True,
@@ -55,7 +55,9 @@ class ModelDrafter(Drafter):
         self.target_tok = target_tok
         self.render_prompt = render_prompt
         self.same_vocabulary = vocab_equal(target_tok, draft_tok) if same_vocabulary is None else same_vocabulary
+        # None: follow the policy's advice (set_stop_confidence); a number: always that; 0: never stop early
         self.confidence_threshold = confidence_threshold
+        self._advised_confidence = 0.0
         self.sampling = sampling if sampling is not None and sampling.do_sample else None
         self.generator = generator
         self._context_ids: list[int] = []  # draft ids (target ids on the same-vocabulary path)
@@ -100,6 +102,14 @@ class ModelDrafter(Drafter):
     def step_cost_hint(self) -> Optional[float]:
         return self._step_seconds
 
+    @property
+    def stops_by_confidence(self) -> bool:
+        # sampled drafting must not stop on what it drew: the number of draws would bias the text
+        return self.sampling is None and self.confidence_threshold != 0
+
+    def set_stop_confidence(self, threshold: float) -> None:
+        self._advised_confidence = threshold
+
     # -- drafting ----------------------------------------------------------------------------
     def _next_logits(self) -> torch.Tensor:
         cached = self.backend.cached_length
@@ -134,11 +144,16 @@ class ModelDrafter(Drafter):
             logits = logits.clone()
             logits[self._banned[self._banned < self._n_real]] = float("-inf")
         token = int(logits.argmax())
-        if self.confidence_threshold > 0:
+        if self._stop_threshold() > 0:
             confidence = float(torch.softmax(logits, dim=-1)[token])
         else:
             confidence = 1.0
         return token, confidence
+
+    def _stop_threshold(self) -> float:
+        if self.confidence_threshold is not None:
+            return self.confidence_threshold
+        return self._advised_confidence
 
     def propose(self, max_draft_steps: int, max_target_tokens: int) -> Proposal:
         if max_draft_steps <= 0 or max_target_tokens <= 0:
@@ -150,22 +165,30 @@ class ModelDrafter(Drafter):
         new_ids: list[int] = []
         finished = False
         heal = self.sync.pending if self.token_healing else b""
+        threshold = self._stop_threshold()
+        # the draft's probability that its whole proposal so far is right: a token that would take
+        # it below the threshold is worth less than the verification it costs, so it is left out
+        sure_so_far = 1.0
         # re-writing the held-back tail is an extra step: it proposes no new text by itself
+        steps_run = 0
         for step in range(max_draft_steps + (1 if heal else 0)):
+            steps_run += 1
             logits = self._next_logits()
-            token, confidence = self._pick(logits, heal if step == 0 else b"")
+            healing_step = step == 0 and bool(heal)
+            token, confidence = self._pick(logits, heal if healing_step else b"")
             if token in self._draft_eos:
                 finished = True
+                break
+            sure_so_far *= confidence
+            if threshold > 0 and sure_so_far < threshold and not healing_step:
                 break
             new_ids.append(token)
             self._context_ids.append(token)
             if self.same_vocabulary and len(new_ids) >= max_target_tokens:
                 break
-            if confidence < self.confidence_threshold:
-                break
         elapsed = time.perf_counter() - started
-        if new_ids:
-            per_step = elapsed / max(len(new_ids), 1)
+        if steps_run:
+            per_step = elapsed / steps_run
             self._step_seconds = per_step if self._step_seconds is None else 0.7 * self._step_seconds + 0.3 * per_step
         self._proposed_draft_ids = new_ids
         if self.same_vocabulary:

@@ -115,9 +115,13 @@ class AnyPairGenerator:
             "hybrid" (lookup when it has a long match, the model otherwise) or a `Drafter`.
         draft_length: "adaptive" (default), "heuristic", "constant" or a `DraftLengthPolicy`;
             `num_draft_tokens` is its starting (or constant) value.
-        confidence_threshold: the draft stops a round early when its top probability falls below.
+        confidence_threshold: the draft model ends a round once its probability that the whole
+            proposal is right (the product of its top probabilities) would fall below this.
+            None (default): the adaptive policy sets it each round from the measured costs; 0: off.
         dtype: "bf16" (default where the CPU has bf16), "fp32", or a torch dtype.
         backend: "torch" (default) or "ipex" (optional; checked against torch before use).
+        linear_kernel: "auto" (default: time torch's CPU linear against anypair's skinny kernel on
+            each model and keep the faster), "skinny" or "torch". See anypair.backends.skinny_linear.
         threads: torch CPU threads.
     """
 
@@ -125,10 +129,11 @@ class AnyPairGenerator:
                  drafter: Union[str, Drafter] = "model",
                  draft_length: Union[str, DraftLengthPolicy] = "adaptive",
                  num_draft_tokens: Optional[int] = None,
-                 confidence_threshold: float = 0.0,
+                 confidence_threshold: Optional[float] = None,
                  dtype: Union[str, torch.dtype, None] = None,
                  device: Optional[str] = None,
                  backend: str = "torch",
+                 linear_kernel: str = "auto",
                  threads: Optional[int] = None) -> None:
         if threads:
             torch.set_num_threads(int(threads))
@@ -137,6 +142,7 @@ class AnyPairGenerator:
         self.target = load_pair_member(target, self.dtype, self.device)
         self.draft = load_pair_member(draft, self.dtype, self.device) if draft is not None else None
         self.backend_name = backend
+        self.linear_kernel = linear_kernel
         self.target_backend = self._make_backend(self.target, "target")
         self.draft_backend = self._make_backend(self.draft, "draft") if self.draft is not None else None
         self.drafter_spec = drafter
@@ -150,13 +156,23 @@ class AnyPairGenerator:
     # -- construction ---------------------------------------------------------------------------
     def _make_backend(self, member, role: str):
         if self.backend_name == "torch":
-            return TorchBackend(member.model, name=f"{role} {member.name}")
+            return TorchBackend(member.model, name=f"{role} {member.name}", linear_kernel=self.linear_kernel)
         if self.backend_name == "ipex":
             from anypair.backends.ipex import make_ipex_backend
 
             probe = member.tokenizer.encode_continuation("def add(a, b):\n    return a + b\n\nprint(add(2, 3))")
             return make_ipex_backend(member.model, probe, name=f"{role} {member.name}")
         raise InputError(f"unknown backend {self.backend_name!r}: use 'torch' or 'ipex'")
+
+    @property
+    def kernels(self) -> str:
+        """Which linear kernel each model ended up with, for reports: 'target skinny, draft torch'."""
+        parts = []
+        for role, backend in (("target", self.target_backend), ("draft", self.draft_backend)):
+            choice = getattr(backend, "kernel_choice", None)
+            if choice is not None:
+                parts.append(f"{role} {choice.kernel}")
+        return ", ".join(parts)
 
     @property
     def same_vocabulary(self) -> bool:

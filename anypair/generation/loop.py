@@ -113,6 +113,7 @@ class DecodeSession:
             self._drafter_call("commit", self.drafter.commit, [token])
             stats.time_drafting_s += time.perf_counter() - t0
         self.policy.reset()
+        self.policy.use_confidence_stopping(getattr(self.drafter, "stops_by_confidence", False))
         last = token
         empty_rounds = 0
         while not done:
@@ -120,7 +121,13 @@ class DecodeSession:
             k = self.policy.next_length()
             translate_before = getattr(self.drafter, "translate_seconds", 0.0)
             t0 = time.perf_counter()
-            proposal = self._drafter_call("propose", self.drafter.propose, k, remaining - 1) or Proposal([])
+            if k > 0:
+                advise = getattr(self.drafter, "set_stop_confidence", None)
+                if advise is not None:
+                    advise(self.policy.stop_confidence())
+                proposal = self._drafter_call("propose", self.drafter.propose, k, remaining - 1) or Proposal([])
+            else:  # the policy decided drafting does not pay right now: a plain target step
+                proposal = Proposal([])
             if len(proposal) > remaining - 1:
                 proposal = Proposal(proposal.target_ids[: remaining - 1],
                                     None if proposal.target_probs is None else proposal.target_probs[: remaining - 1],
@@ -162,7 +169,9 @@ class DecodeSession:
             stats.time_drafting_s += time.perf_counter() - t3
             self.policy.update(RoundFeedback(k, len(proposal), outcome.n_accepted, t1 - t0, t2 - t1,
                                              self.drafter.step_cost_hint()))
-            empty_rounds = 0 if len(proposal) else empty_rounds + 1
+            # an empty proposal is a normal answer from a drafter that stops when unsure
+            nothing_usable = not len(proposal) and k > 0 and not getattr(self.drafter, "stops_by_confidence", False)
+            empty_rounds = empty_rounds + 1 if nothing_usable else 0
             if empty_rounds >= MAX_EMPTY_ROUNDS and not isinstance(self.drafter, NoDrafter):
                 self._disable_drafter(f"the drafter proposed nothing usable in {MAX_EMPTY_ROUNDS} consecutive rounds")
 
