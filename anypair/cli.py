@@ -35,7 +35,7 @@ def _generator(args):
     draft = None if getattr(args, "no_assisted", False) or args.drafter == "lookup" else args.assistant_model
     return AnyPairGenerator(args.model, draft, drafter=args.drafter, draft_length=args.draft_length,
                             num_draft_tokens=args.num_draft_tokens, dtype=args.dtype, threads=args.threads,
-                            linear_kernel=args.linear_kernel, confidence_threshold=args.confidence_threshold, confidence_threshold=args.confidence_threshold)
+                            linear_kernel=args.linear_kernel, confidence_threshold=args.confidence_threshold)
 
 
 def run_generate(args) -> int:
@@ -89,7 +89,7 @@ def run_bench_cmd(args) -> int:
     draft = None if drafters == ["lookup"] else args.assistant_model
     report = run_bench(args.model, draft, prompts, max_new_tokens=args.max_new_tokens, drafters=drafters,
                        dtype=args.dtype, threads=args.threads, draft_length=args.draft_length,
-                       linear_kernel=args.linear_kernel,
+                       linear_kernel=args.linear_kernel, confidence_threshold=args.confidence_threshold,
                        num_draft_tokens=args.num_draft_tokens, compare_hf=args.compare_hf, chat=args.chat,
                        repeats=args.repeats)
     print(format_report(report))
