@@ -78,8 +78,10 @@ def hf_assisted(target, draft, prompt_ids: list[int], max_new_tokens: int, same_
     """transformers' own assisted generation on the same loaded models (universal assisted
     generation when the tokenizers differ). Returns (new ids, seconds, prefill seconds unknown=0)."""
     input_ids = torch.tensor([prompt_ids])
+    # the same stop tokens as anypair's target (chat end and end of text), so both write the same text
+    eos = sorted(target.eos_ids)
     kwargs = dict(max_new_tokens=max_new_tokens, do_sample=False, assistant_model=draft.model,
-                  attention_mask=torch.ones_like(input_ids))
+                  attention_mask=torch.ones_like(input_ids), eos_token_id=eos, pad_token_id=eos[0])
     if not same_vocabulary:
         kwargs.update(tokenizer=target.hf_tokenizer, assistant_tokenizer=draft.hf_tokenizer)
     started = time.perf_counter()

@@ -130,13 +130,16 @@ class AdaptiveLength(DraftLengthPolicy):
     draft's probability that everything so far is right, times the value of a token (one target
     step, verify(1)), exceeds what the token costs (a draft step plus the verification slope).
     Acceptance per round is far from geometric (boilerplate runs, then hard spots) and the draft's
-    own confidence tells the two apart, where one averaged acceptance rate cannot.
+    own confidence tells the two apart, where one averaged acceptance rate cannot. Each round still
+    pays at least one draft step, so the policy also keeps the measured net time each drafting round
+    saved against a plain target step; while that average is negative it pauses drafting (k = 0)
+    and probes again every `probe_every` rounds.
     """
 
     name = "adaptive"
 
     def __init__(self, start: int = 5, minimum: int = 0, maximum: int = 12, smoothing: float = 0.3,
-                 prior_acceptance: float = 0.7, probe_every: int = 8, prior_stop_confidence: float = 0.3) -> None:
+                 prior_acceptance: float = 0.7, probe_every: int = 12, prior_stop_confidence: float = 0.3) -> None:
         self.start, self.minimum, self.maximum = start, minimum, maximum
         self.smoothing = smoothing
         self.prior_acceptance = prior_acceptance
@@ -151,6 +154,7 @@ class AdaptiveLength(DraftLengthPolicy):
         self.verify = LinearCost()
         self.k = self.start
         self._idle_rounds = 0
+        self.net_saving = None  # seconds a drafting round saved vs a plain target step (smoothed)
 
     def use_confidence_stopping(self, enabled: bool) -> None:
         self.confidence_stopping = enabled
@@ -166,7 +170,13 @@ class AdaptiveLength(DraftLengthPolicy):
 
     def next_length(self) -> int:
         if self.confidence_stopping:
-            return self.maximum
+            if self.net_saving is None or self.net_saving >= 0:
+                return self.maximum
+            self._idle_rounds += 1
+            if self._idle_rounds >= self.probe_every:
+                self._idle_rounds = 0
+                return self.maximum
+            return 0
         if self.k == 0:
             self._idle_rounds += 1
             if self._idle_rounds >= self.probe_every:
@@ -191,6 +201,11 @@ class AdaptiveLength(DraftLengthPolicy):
             self.draft_step = step if self.draft_step is None else (1 - s) * self.draft_step + s * step
         if feedback.verify_seconds > 0:
             self.verify.add(feedback.proposed + 1, feedback.verify_seconds)
+        if feedback.draft_steps > 0 and self.verify.known:
+            plain_step = self.verify(1)
+            spent = feedback.draft_seconds + feedback.verify_seconds - plain_step
+            saved = feedback.accepted * plain_step - spent
+            self.net_saving = saved if self.net_saving is None else (1 - s) * self.net_saving + s * saved
         if self.draft_step is None or not self.verify.known:
             return
         self.k = self.best_length(self.acceptance, self.draft_step, self.verify)

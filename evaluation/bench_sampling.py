@@ -4,7 +4,7 @@ speculative sampling, and of transformers' own assisted sampling for different t
 same pair, dtype and threads, side by side and interleaved per prompt so machine drift cancels.
 
 Same setup as the greedy `anypair bench` (whose figures, tables and prompts it reuses): Qwen2.5-Coder-1.5B
-target, SmolLM2-135M draft, the first 10 HumanEval prompts, 128 new tokens, bf16, 2 threads; at
+target, SmolLM2-135M draft, the first 10 HumanEval prompts, 128 new tokens, auto dtype, 2 threads; at
 temperatures 1.0 and 0.7. Prints a rich table per temperature and the medians; `--json` saves all.
 
     python evaluation/bench_sampling.py                       # the full run (~1 h on a 2-core CPU)
@@ -23,15 +23,8 @@ from typing import Optional
 import torch
 
 from anypair.bench import (DEFAULT_DRAFT, DEFAULT_TARGET, BenchReport, RunFigures, figures_from_result, format_report,
-                           humaneval_prompts)
+                           humaneval_prompts, machine_description)
 
-try:
-    from anypair.bench import machine_description
-except ImportError:  # older anypair.bench: the platform's own words
-    import platform
-
-    def machine_description() -> str:
-        return platform.processor() or platform.machine()
 from anypair.types import SamplingConfig
 
 METHODS = ("target", "anypair", "hf-uag")
@@ -43,7 +36,8 @@ def hf_assisted_sampling(gen, hf_draft_model, prompt_ids: list[int], max_new_tok
     assisted generation when the tokenizers differ). Returns (new target ids, seconds)."""
     input_ids = torch.tensor([prompt_ids], device=gen.target.model.device)
     kwargs = dict(max_new_tokens=max_new_tokens, do_sample=True, temperature=cfg.temperature, top_k=cfg.top_k,
-                  top_p=cfg.top_p, assistant_model=hf_draft_model, attention_mask=torch.ones_like(input_ids))
+                  top_p=cfg.top_p, assistant_model=hf_draft_model, attention_mask=torch.ones_like(input_ids),
+                  eos_token_id=sorted(gen.target.eos_ids), pad_token_id=min(gen.target.eos_ids))
     if not gen.same_vocabulary:
         kwargs.update(tokenizer=gen.target.hf_tokenizer, assistant_tokenizer=gen.draft.hf_tokenizer)
     torch.manual_seed(cfg.seed if cfg.seed is not None else 0)
@@ -132,7 +126,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--temperatures", type=float, nargs="+", default=[1.0, 0.7])
     parser.add_argument("--top-k", type=int, default=0)
     parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--dtype", default="bf16")
+    parser.add_argument("--dtype", default="auto", help="auto: bf16 where the CPU has bf16 instructions, else fp32")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0, help="prompt i is sampled with seed + i by every method")
     parser.add_argument("--no-hf", action="store_true", help="skip transformers' assisted sampling")

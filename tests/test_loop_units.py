@@ -129,3 +129,19 @@ def test_text_assembler_split_utf8_and_stop():
     assert t.feed(b"OPzz")
     assert t.text == "ab☃cdefgxx"
     assert t.take_new() + "" == "ab☃cdefgxx"
+
+
+def test_confidence_stopping_pauses_drafting_while_it_loses_time():
+    p = AdaptiveLength(maximum=10, probe_every=4)
+    p.use_confidence_stopping(True)
+    step = lambda n: 0.2 + 0.05 * n
+    # rounds that cost a draft step and save nothing: drafting pauses (k = 0) ...
+    for n in (1, 2, 1, 2, 1):
+        k = p.next_length()
+        p.update(RoundFeedback(k, n - 1, 0, 0.06, step(n), 0.05))
+    assert p.net_saving < 0
+    lengths = [p.next_length() for _ in range(4)]
+    assert lengths[:3] == [0, 0, 0] and lengths[3] == 10  # ... and probes every 4th round
+    # a probe that pays (5 tokens accepted) switches drafting back on
+    p.update(RoundFeedback(10, 5, 5, 0.3, step(6), 0.05))
+    assert p.net_saving > 0 and p.next_length() == 10
