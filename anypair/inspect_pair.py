@@ -146,6 +146,13 @@ def resolve_side(spec: TokenizerLike) -> ResolvedSide:
 
 
 def _hub_config(hub_id: str) -> Optional[dict]:
+    from anypair.zoo.resolve import UnknownModelError, hub_reachable
+
+    if not hub_reachable():  # fail in seconds, not after transformers' retries
+        raise UnknownModelError(
+            f"{hub_id!r} is neither a zoo model nor a local folder, and the Hugging Face hub cannot be "
+            "reached. Use a zoo name (`anypair fetch --list`), a local model folder or a tokenizer file."
+        )
     try:  # transformers fetches config.json alone
         from transformers import AutoConfig
 

@@ -76,6 +76,16 @@ def test_cli_parser_and_bad_names(capsys):
         inspect_pair("qwen2", "no-such-model-or-tokenizer")
 
 
+def test_unreachable_hub_id_fails_fast_with_advice(monkeypatch):
+    import time
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    started = time.perf_counter()
+    with pytest.raises(UnknownModelError, match="hub cannot be reached"):
+        inspect_pair("qwen2", "some-org/not-in-the-zoo-model")
+    assert time.perf_counter() - started < 10
+
+
 # --- --mass: the target's probability on the intersection (mechanics, random weights) ---------
 
 
