@@ -20,6 +20,8 @@ class RoundFeedback:
     draft_seconds: float
     verify_seconds: float
     draft_step_seconds: float | None  # the drafter's own measurement of one step, if any
+    # the drafter's probability that the whole proposal was right (model drafters, greedy), if any
+    predicted_confidence: float | None = None
 
 
 class DraftLengthPolicy(ABC):
@@ -133,18 +135,26 @@ class AdaptiveLength(DraftLengthPolicy):
     own confidence tells the two apart, where one averaged acceptance rate cannot. Each round still
     pays at least one draft step, so the policy also keeps the measured net time each drafting round
     saved against a plain target step; while that average is negative it pauses drafting (k = 0)
-    and probes again every `probe_every` rounds.
+    and probes again every `probe_every` rounds; a probe that pays resumes drafting at once.
+
+    A small draft is often right with little confidence on text the target writes (code
+    boilerplate in another model's style), so the advice is calibrated online: the share of rounds
+    whose proposal was accepted in full, over the draft's own predicted probability of that. An
+    under-confident draft gets a proportionally lower stop threshold (and an over-confident one a
+    higher), within [1/`max_calibration`, `max_calibration`].
     """
 
     name = "adaptive"
 
     def __init__(self, start: int = 5, minimum: int = 0, maximum: int = 12, smoothing: float = 0.3,
-                 prior_acceptance: float = 0.7, probe_every: int = 12, prior_stop_confidence: float = 0.3) -> None:
+                 prior_acceptance: float = 0.7, probe_every: int = 12, prior_stop_confidence: float = 0.3,
+                 max_calibration: float = 3.0) -> None:
         self.start, self.minimum, self.maximum = start, minimum, maximum
         self.smoothing = smoothing
         self.prior_acceptance = prior_acceptance
         self.probe_every = probe_every
         self.prior_stop_confidence = prior_stop_confidence
+        self.max_calibration = max_calibration
         self.confidence_stopping = False
         self.reset()
 
@@ -154,7 +164,18 @@ class AdaptiveLength(DraftLengthPolicy):
         self.verify = LinearCost()
         self.k = self.start
         self._idle_rounds = 0
+        self._probing = False
         self.net_saving = None  # seconds a drafting round saved vs a plain target step (smoothed)
+        # smoothed rounds accepted in full and the draft's predicted probability of it; the prior
+        # (two rounds' worth, calibrated) keeps a few lucky rounds from swinging the threshold
+        self._full_observed = 2.0
+        self._full_predicted = 2.0
+
+    @property
+    def calibration(self) -> float:
+        """How much more often the draft's proposals are right in full than it predicts."""
+        ratio = self._full_observed / self._full_predicted
+        return min(self.max_calibration, max(1.0 / self.max_calibration, ratio))
 
     def use_confidence_stopping(self, enabled: bool) -> None:
         self.confidence_stopping = enabled
@@ -166,7 +187,7 @@ class AdaptiveLength(DraftLengthPolicy):
             return self.prior_stop_confidence
         token_value = self.verify(1)
         token_cost = self.draft_step + self.verify.slope()
-        return min(0.9, max(0.05, token_cost / token_value))
+        return min(0.9, max(0.03, token_cost / token_value / self.calibration))
 
     def next_length(self) -> int:
         if self.confidence_stopping:
@@ -175,6 +196,7 @@ class AdaptiveLength(DraftLengthPolicy):
             self._idle_rounds += 1
             if self._idle_rounds >= self.probe_every:
                 self._idle_rounds = 0
+                self._probing = True
                 return self.maximum
             return 0
         if self.k == 0:
@@ -201,11 +223,20 @@ class AdaptiveLength(DraftLengthPolicy):
             self.draft_step = step if self.draft_step is None else (1 - s) * self.draft_step + s * step
         if feedback.verify_seconds > 0:
             self.verify.add(feedback.proposed + 1, feedback.verify_seconds)
+        if feedback.proposed > 0 and feedback.predicted_confidence is not None:
+            keep = 1 - s / 2  # slower than the other estimates: one round says little
+            full = 1.0 if feedback.accepted >= feedback.proposed else 0.0
+            self._full_observed = keep * self._full_observed + full
+            self._full_predicted = keep * self._full_predicted + feedback.predicted_confidence
         if feedback.draft_steps > 0 and self.verify.known:
             plain_step = self.verify(1)
             spent = feedback.draft_seconds + feedback.verify_seconds - plain_step
             saved = feedback.accepted * plain_step - spent
-            self.net_saving = saved if self.net_saving is None else (1 - s) * self.net_saving + s * saved
+            if self.net_saving is None or (self._probing and saved > 0):
+                self.net_saving = saved  # a probe that pays decides: the text got predictable
+            else:
+                self.net_saving = (1 - s) * self.net_saving + s * saved
+        self._probing = False
         if self.draft_step is None or not self.verify.known:
             return
         self.k = self.best_length(self.acceptance, self.draft_step, self.verify)

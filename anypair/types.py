@@ -40,6 +40,8 @@ class Proposal:
     target_ids: list[int]
     target_probs: Optional[torch.Tensor] = None
     source: str = "model"  # which drafter produced it ("model", "lookup", ...)
+    # the drafter's own probability that every proposed token is right (greedy model drafters only)
+    confidence: Optional[float] = None
 
     def __len__(self) -> int:
         return len(self.target_ids)

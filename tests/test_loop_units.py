@@ -145,3 +145,51 @@ def test_confidence_stopping_pauses_drafting_while_it_loses_time():
     # a probe that pays (5 tokens accepted) switches drafting back on
     p.update(RoundFeedback(10, 5, 5, 0.3, step(6), 0.05))
     assert p.net_saving > 0 and p.next_length() == 10
+
+
+def test_probe_that_pays_resumes_drafting_at_once():
+    p = AdaptiveLength(maximum=10, probe_every=3)
+    p.use_confidence_stopping(True)
+    step = lambda n: 0.2 + 0.05 * n
+    for _ in range(8):  # long losing streak: a strongly negative average
+        k = p.next_length()
+        p.update(RoundFeedback(k, 1, 0, 0.3, step(2), 0.05))
+    assert p.net_saving < -0.2
+    lengths = [p.next_length()]
+    while lengths[-1] == 0 and len(lengths) <= 3:
+        lengths.append(p.next_length())
+    assert lengths[0] == 0 and lengths[-1] == 10  # paused, then a probe
+    # one probe saving a little is enough: smoothing it into the old average would pause again
+    p.update(RoundFeedback(10, 2, 2, 0.1, step(3), 0.05))
+    assert p.net_saving > 0 and p.next_length() == 10
+
+
+def test_stop_threshold_follows_the_drafts_calibration():
+    def policy_after(full_accepted: bool, predicted: float) -> AdaptiveLength:
+        p = AdaptiveLength(maximum=10)
+        p.use_confidence_stopping(True)
+        for n in (1, 3, 5, 2, 4, 3, 2, 4, 3, 5):
+            proposed = n - 1 or 1
+            accepted = proposed if full_accepted else 0
+            p.update(RoundFeedback(10, proposed, accepted, 0.03 * n, 0.2 + 0.05 * n, 0.03, predicted))
+        return p
+
+    uncalibrated = AdaptiveLength(maximum=10)
+    uncalibrated.use_confidence_stopping(True)
+    for n in (1, 3, 5, 2, 4):
+        uncalibrated.update(RoundFeedback(10, n - 1, n - 1, 0.03 * n, 0.2 + 0.05 * n, 0.03))
+    base = uncalibrated.stop_confidence()
+    # proposals the draft gave 40% that were all accepted: it is under-confident, stop later
+    shy = policy_after(True, 0.4)
+    assert shy.calibration > 1.8 and shy.stop_confidence() < base / 1.8
+    # proposals it gave 90% that were all rejected: over-confident, stop sooner
+    bold = policy_after(False, 0.9)
+    assert bold.calibration < 0.5 and bold.stop_confidence() > base * 1.8
+    # a draft that is right as often as it says keeps the cost-based threshold
+    honest = AdaptiveLength(maximum=10)
+    honest.use_confidence_stopping(True)
+    for i, n in enumerate((1, 3, 5, 2, 4, 3, 2, 4, 3, 5)):
+        proposed = n
+        accepted = proposed if i % 2 else 0
+        honest.update(RoundFeedback(10, proposed, accepted, 0.03 * n, 0.2 + 0.05 * n, 0.03, 0.5))
+    assert 0.7 < honest.calibration < 1.4

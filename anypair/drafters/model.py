@@ -179,9 +179,9 @@ class ModelDrafter(Drafter):
             if token in self._draft_eos:
                 finished = True
                 break
-            sure_so_far *= confidence
-            if threshold > 0 and sure_so_far < threshold and not healing_step:
+            if threshold > 0 and sure_so_far * confidence < threshold and not healing_step:
                 break
+            sure_so_far *= confidence
             new_ids.append(token)
             self._context_ids.append(token)
             if self.same_vocabulary and len(new_ids) >= max_target_tokens:
@@ -192,8 +192,10 @@ class ModelDrafter(Drafter):
             self._step_seconds = per_step if self._step_seconds is None else 0.7 * self._step_seconds + 0.3 * per_step
         self._proposed_draft_ids = new_ids
         if self.same_vocabulary:
-            return Proposal(new_ids[:max_target_tokens], source=self.name)
-        return self._translate(new_ids, finished, max_target_tokens)
+            return Proposal(new_ids[:max_target_tokens], source=self.name, confidence=sure_so_far)
+        proposal = self._translate(new_ids, finished, max_target_tokens)
+        proposal.confidence = sure_so_far
+        return proposal
 
     def _translate(self, new_draft_ids: list[int], finished: bool, max_target_tokens: int) -> Proposal:
         started = time.perf_counter()

@@ -131,7 +131,7 @@ class DecodeSession:
             if len(proposal) > remaining - 1:
                 proposal = Proposal(proposal.target_ids[: remaining - 1],
                                     None if proposal.target_probs is None else proposal.target_probs[: remaining - 1],
-                                    proposal.source)
+                                    proposal.source, proposal.confidence)
             bad = [t for t in proposal.target_ids if not 0 <= t < self._n_real]
             if bad:
                 self._disable_drafter(f"drafter proposed ids outside the target vocabulary: {bad[:5]}")
@@ -168,7 +168,7 @@ class DecodeSession:
             self._drafter_call("commit", self.drafter.commit, new_ids)
             stats.time_drafting_s += time.perf_counter() - t3
             self.policy.update(RoundFeedback(k, len(proposal), outcome.n_accepted, t1 - t0, t2 - t1,
-                                             self.drafter.step_cost_hint()))
+                                             self.drafter.step_cost_hint(), proposal.confidence))
             # an empty proposal is a normal answer from a drafter that stops when unsure
             nothing_usable = not len(proposal) and k > 0 and not getattr(self.drafter, "stops_by_confidence", False)
             empty_rounds = empty_rounds + 1 if nothing_usable else 0
