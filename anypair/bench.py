@@ -32,6 +32,9 @@ class RunFigures:
     draft_ms: float = 0.0
     verify_ms: float = 0.0
     translate_ms: float = 0.0
+    # sampling benchmarks: mean log-probability of the generated tokens under the target's own
+    # (warped) sampling law; a lossless method matches the target alone's figure on average
+    target_logprob: Optional[float] = None
     rounds: int = 0
 
 

@@ -5,6 +5,8 @@
 - AdaptiveLength: estimates the per-token acceptance rate online and picks the k that maximises
   expected committed tokens per second, from the measured cost of a draft step and of verifying
   n tokens (a fitted line: verification is not flat in n on CPUs); k = 0 when drafting cannot pay.
+  With `fixed_costs` (seeded sampling) it uses a cost model estimated from the models' sizes
+  instead of timings, so that its choices, and the text sampled, follow the outcomes only.
 """
 from __future__ import annotations
 
@@ -20,8 +22,53 @@ class RoundFeedback:
     draft_seconds: float
     verify_seconds: float
     draft_step_seconds: float | None  # the drafter's own measurement of one step, if any
-    # the drafter's probability that the whole proposal was right (model drafters, greedy), if any
+    # the drafter's own probability that the whole proposal was right (model drafters), if any
     predicted_confidence: float | None = None
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """A cost model in units of one single-token target step: a draft step costs `draft_step`,
+    verifying n tokens costs `1 + verify_slope * (n - 1)`."""
+
+    draft_step: float
+    verify_slope: float
+
+    def __post_init__(self) -> None:
+        if not (self.draft_step > 0 and self.verify_slope >= 0):
+            raise ValueError(f"StepCosts needs draft_step > 0 and verify_slope >= 0, got {self}")
+
+
+# per-layer Python/dispatch overhead of a decode step, in parameters' worth of matrix work; fitted
+# on this project's 2-core CPU in fp32 (SmolLM2-135M step 55 ms, Qwen2.5-1.5B step 270 ms)
+LAYER_OVERHEAD_PARAMS = 7.4e6
+
+
+def estimated_step_costs(target_params: int, target_layers: int, draft_params: int, draft_layers: int,
+                         multi_token_slope: float) -> StepCosts:
+    """A timing-free cost model from model sizes: a decode step's time taken as proportional to
+    its parameters plus a fixed overhead per layer (what dominates small drafts)."""
+    target = target_params + LAYER_OVERHEAD_PARAMS * target_layers
+    draft = draft_params + LAYER_OVERHEAD_PARAMS * draft_layers
+    return StepCosts(draft_step=draft / target, verify_slope=multi_token_slope)
+
+
+class FixedLinearCost:
+    """LinearCost's interface over a fixed line: cost(n) = 1 + slope * (n - 1)."""
+
+    known = True
+
+    def __init__(self, slope: float) -> None:
+        self._slope = slope
+
+    def add(self, items: float, seconds: float) -> None:  # timings are ignored on purpose
+        pass
+
+    def slope(self) -> float:
+        return self._slope
+
+    def __call__(self, items: float) -> float:
+        return 1.0 + self._slope * (items - 1)
 
 
 class DraftLengthPolicy(ABC):
@@ -142,26 +189,35 @@ class AdaptiveLength(DraftLengthPolicy):
     whose proposal was accepted in full, over the draft's own predicted probability of that. An
     under-confident draft gets a proportionally lower stop threshold (and an over-confident one a
     higher), within [1/`max_calibration`, `max_calibration`].
+
+    `fixed_costs` replaces every timing with a cost model (see `estimated_step_costs`): seeded
+    sampling needs it, since the number of random draws per round, and so the sampled text, must
+    not depend on how busy the machine was.
     """
 
     name = "adaptive"
 
     def __init__(self, start: int = 5, minimum: int = 0, maximum: int = 12, smoothing: float = 0.3,
                  prior_acceptance: float = 0.7, probe_every: int = 12, prior_stop_confidence: float = 0.3,
-                 max_calibration: float = 3.0) -> None:
+                 max_calibration: float = 3.0, fixed_costs: StepCosts | None = None) -> None:
         self.start, self.minimum, self.maximum = start, minimum, maximum
         self.smoothing = smoothing
         self.prior_acceptance = prior_acceptance
         self.probe_every = probe_every
         self.prior_stop_confidence = prior_stop_confidence
         self.max_calibration = max_calibration
+        self.fixed_costs = fixed_costs
         self.confidence_stopping = False
         self.reset()
 
     def reset(self) -> None:
         self.acceptance = self.prior_acceptance
-        self.draft_step = None
-        self.verify = LinearCost()
+        if self.fixed_costs is None:
+            self.draft_step = None
+            self.verify = LinearCost()
+        else:
+            self.draft_step = self.fixed_costs.draft_step
+            self.verify = FixedLinearCost(self.fixed_costs.verify_slope)
         self.k = self.start
         self._idle_rounds = 0
         self._probing = False
@@ -219,7 +275,7 @@ class AdaptiveLength(DraftLengthPolicy):
         step = feedback.draft_step_seconds
         if step is None and feedback.draft_steps:
             step = feedback.draft_seconds / feedback.draft_steps
-        if step:
+        if step and self.fixed_costs is None:
             self.draft_step = step if self.draft_step is None else (1 - s) * self.draft_step + s * step
         if feedback.verify_seconds > 0:
             self.verify.add(feedback.proposed + 1, feedback.verify_seconds)
@@ -230,7 +286,11 @@ class AdaptiveLength(DraftLengthPolicy):
             self._full_predicted = keep * self._full_predicted + feedback.predicted_confidence
         if feedback.draft_steps > 0 and self.verify.known:
             plain_step = self.verify(1)
-            spent = feedback.draft_seconds + feedback.verify_seconds - plain_step
+            if self.fixed_costs is None:
+                spent = feedback.draft_seconds + feedback.verify_seconds - plain_step
+            else:  # a drafter that stops by confidence ran about one step past its proposal
+                steps = min(feedback.draft_steps, feedback.proposed + 1)
+                spent = steps * self.draft_step + self.verify(feedback.proposed + 1) - plain_step
             saved = feedback.accepted * plain_step - spent
             if self.net_saving is None or (self._probing and saved > 0):
                 self.net_saving = saved  # a probe that pays decides: the text got predictable

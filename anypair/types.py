@@ -40,7 +40,7 @@ class Proposal:
     target_ids: list[int]
     target_probs: Optional[torch.Tensor] = None
     source: str = "model"  # which drafter produced it ("model", "lookup", ...)
-    # the drafter's own probability that every proposed token is right (greedy model drafters only)
+    # the drafter's own estimate of the probability that every proposed token is kept (model drafters)
     confidence: Optional[float] = None
 
     def __len__(self) -> int:

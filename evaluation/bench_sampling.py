@@ -16,6 +16,7 @@ import argparse
 import copy
 import json
 import statistics
+import sys
 import time
 from dataclasses import asdict
 from typing import Optional
@@ -47,6 +48,25 @@ def hf_assisted_sampling(gen, hf_draft_model, prompt_ids: list[int], max_new_tok
     return out[0, len(prompt_ids):].tolist(), time.perf_counter() - started
 
 
+def target_logprob(gen, prompt_ids: list[int], new_ids: list[int], cfg: SamplingConfig) -> Optional[float]:
+    """Mean log-probability of `new_ids` under the target's own warped sampling law (one forward
+    pass, untimed). Sampling from the target gives about the same mean whoever drafted; a method
+    that accepts tokens the target would rarely sample shows a much lower figure."""
+    from anypair.sampling.warping import warp_logits
+
+    if not new_ids:
+        return None
+    ids = torch.tensor([list(prompt_ids) + list(new_ids)], device=gen.target.model.device)
+    with torch.no_grad():
+        logits = gen.target.model(ids).logits[0, len(prompt_ids) - 1: -1].float()
+    real = gen.target.tokenizer.vocab_size
+    total = 0.0
+    for row, token in zip(logits, new_ids):
+        row[real:] = float("-inf")  # padded rows: never sampled
+        total += float(torch.log(warp_logits(row, cfg)[token].clamp_min(1e-30)))
+    return total / len(new_ids)
+
+
 def hf_figures(example: int, prompt_tokens: int, new_ids: list[int], seconds: float) -> RunFigures:
     return RunFigures("hf-uag", example, prompt_tokens, len(new_ids), seconds, 0.0,
                       1000 * seconds / max(len(new_ids), 1), len(new_ids) / seconds)
@@ -55,7 +75,8 @@ def hf_figures(example: int, prompt_tokens: int, new_ids: list[int], seconds: fl
 def run(args: argparse.Namespace) -> dict[float, BenchReport]:
     from anypair.generation.generator import AnyPairGenerator
 
-    gen = AnyPairGenerator(args.target, args.draft, dtype=args.dtype, threads=args.threads)
+    gen = AnyPairGenerator(args.target, args.draft, dtype=args.dtype, threads=args.threads,
+                           sampled_drafts=args.sampled_drafts)
     # transformers' universal assisted sampling prunes and re-indexes the assistant's LM head and
     # embeddings IN PLACE: sharing the draft would corrupt anypair's draft, so it gets a copy
     hf_draft_model = None if args.no_hf else copy.deepcopy(gen.draft.model)
@@ -65,7 +86,7 @@ def run(args: argparse.Namespace) -> dict[float, BenchReport]:
             target=args.target, draft=args.draft, dtype=str(gen.dtype), threads=torch.get_num_threads(),
             max_new_tokens=args.max_new_tokens, temperature=temperature, top_k=args.top_k, top_p=args.top_p,
             n_prompts=len(prompts), machine=machine_description(), torch=torch.__version__, seed=args.seed,
-            same_vocabulary=gen.same_vocabulary))
+            same_vocabulary=gen.same_vocabulary, sampled_drafts=args.sampled_drafts))
         for temperature in args.temperatures
     }
 
@@ -86,13 +107,30 @@ def run(args: argparse.Namespace) -> dict[float, BenchReport]:
         cfg = SamplingConfig(do_sample=True, temperature=temperature, top_k=args.top_k, top_p=args.top_p,
                              seed=args.seed + i)
         report = reports[temperature]
-        report.runs.append(figures_from_result("target", i, sample(prompts[i], cfg, False), None))
-        report.runs.append(figures_from_result("anypair", i, sample(prompts[i], cfg, True), None))
+        prompt_ids = gen.target.render(prompts[i], None)
+        for method, assisted in (("target", False), ("anypair", True)):
+            result = sample(prompts[i], cfg, assisted)
+            figures = figures_from_result(method, i, result, None)
+            figures.target_logprob = target_logprob(gen, prompt_ids, result.target_ids, cfg)
+            report.runs.append(figures)
         if not args.no_hf:
-            prompt_ids = gen.target.render(prompts[i], None)
             new_ids, seconds = hf_assisted_sampling(gen, hf_draft_model, prompt_ids, args.max_new_tokens, cfg)
-            report.runs.append(hf_figures(i, len(prompt_ids), new_ids, seconds))
+            figures = hf_figures(i, len(prompt_ids), new_ids, seconds)
+            figures.target_logprob = target_logprob(gen, prompt_ids, new_ids, cfg)
+            report.runs.append(figures)
+        # one plain line per job: the progress bar does not show when output goes to a log file
+        done = [r for r in report.runs if r.example == i]
+        print(f"example {i} T={temperature}: " + ", ".join(f"{r.method} {r.tokens_per_s:.2f} tok/s" for r in done),
+              file=sys.stderr, flush=True)
+        if args.json:
+            save_json(reports, args.json)  # a cut-off run keeps what it measured
     return reports
+
+
+def save_json(reports: dict[float, BenchReport], path: str) -> None:
+    with open(path, "w") as f:
+        json.dump({str(t): {"settings": r.settings, "runs": [asdict(x) for x in r.runs]} for t, r in reports.items()},
+                  f, indent=1)
 
 
 def summary_table(reports: dict[float, BenchReport]) -> str:
@@ -102,7 +140,8 @@ def summary_table(reports: dict[float, BenchReport]) -> str:
     from rich.table import Table
 
     table = Table(title="sampling: medians per temperature (speedup = median of per-prompt tok/s ratios vs target)")
-    for column in ("temperature", "method", "tok/s", "speedup vs target", "accept", "acc/round"):
+    for column in ("temperature", "method", "tok/s", "speedup vs target", "accept", "acc/round",
+                   "target log-p/token (mean)"):
         table.add_column(column, justify="right")
     for temperature, report in reports.items():
         for method in dict.fromkeys(r.method for r in report.runs):
@@ -111,10 +150,16 @@ def summary_table(reports: dict[float, BenchReport]) -> str:
             table.add_row(f"{temperature:g}", method, f"{report.median(method, 'tokens_per_s'):.2f}",
                           f"{statistics.median(speedups):.2f}x" if speedups else "",
                           "" if acceptance != acceptance else f"{acceptance:.2f}",
-                          "" if per_round != per_round else f"{per_round:.2f}")
+                          "" if per_round != per_round else f"{per_round:.2f}",
+                          mean_logprob(report, method))
     buffer = StringIO()
     Console(file=buffer, width=140).print(table)
     return buffer.getvalue()
+
+
+def mean_logprob(report: BenchReport, method: str) -> str:
+    values = [r.target_logprob for r in report.runs if r.method == method and r.target_logprob is not None]
+    return f"{statistics.fmean(values):.3f}" if values else ""
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
@@ -129,6 +174,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--dtype", default="auto", help="auto: bf16 where the CPU has bf16 instructions, else fp32")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0, help="prompt i is sampled with seed + i by every method")
+    parser.add_argument("--sampled-drafts", choices=("greedy", "intersection"), default="greedy",
+                        help="anypair's drafting mode when sampling (see AnyPairGenerator)")
     parser.add_argument("--no-hf", action="store_true", help="skip transformers' assisted sampling")
     parser.add_argument("--json", metavar="PATH", help="save every figure and the settings")
     return parser.parse_args(argv)
@@ -143,9 +190,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         print(format_report(report))
     print(summary_table(reports))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({str(t): {"settings": r.settings, "runs": [asdict(x) for x in r.runs]} for t, r in reports.items()},
-                      f, indent=2)
+        save_json(reports, args.json)
         print(f"saved {args.json}")
 
 

@@ -126,6 +126,7 @@ class Samples:
     proposed: int
     accepted: int
     draft_failures: int
+    rounds: int = 0
 
     def counts(self, position: int, rows: int) -> torch.Tensor:
         return torch.bincount(self.tokens[:, position], minlength=rows)
@@ -135,7 +136,8 @@ class Samples:
         return self.accepted / max(self.proposed, 1)
 
 
-def sample_requests(gen, cfg: SamplingConfig, n: int, seed: int, assisted: bool = True, verifier_cls=None) -> Samples:
+def sample_requests(gen, cfg: SamplingConfig, n: int, seed: int, assisted: bool = True, verifier_cls=None,
+                    stop_confidence: float = 0.0, draft_length: int = 2) -> Samples:
     """`n` requests of N_NEW tokens through `DecodeSession` with the generator's own backends,
     drafter and verifier. One drafter serves all requests (AnyPairGenerator builds one per
     request; its set-up is not what is tested and would dominate the time)."""
@@ -145,21 +147,24 @@ def sample_requests(gen, cfg: SamplingConfig, n: int, seed: int, assisted: bool 
 
     generator = make_generator(seed)
     drafter = gen._model_drafter(cfg, generator) if assisted else NoDrafter()
+    if assisted:
+        drafter.confidence_threshold = stop_confidence  # 0: always the full length
     verifier = (verifier_cls or SamplingVerifier)(cfg, generator)
     target_ids = gen.target.render(PROMPT, None)
     draft_request = DraftRequest(target_ids, prompt=PROMPT, prompt_bytes=gen.target.tokenizer.decode_bytes(target_ids))
     # no EOS: every request runs its N_NEW tokens, so every position has n samples
     request = DecodeRequest(target_ids, N_NEW, frozenset(), (), draft_request)
-    tokens, proposed, accepted, failures = [], 0, 0, 0
+    tokens, proposed, accepted, failures, rounds = [], 0, 0, 0, 0
     for _ in range(n):
         session = DecodeSession(gen.target_backend, gen.target.tokenizer, drafter, verifier,
-                                make_policy("constant", 2), request)
+                                make_policy("constant", draft_length), request)
         result = session.run()
         tokens.append(result.target_ids)
         proposed += result.stats.draft_tokens_proposed
         accepted += result.stats.draft_tokens_accepted
         failures += result.stats.draft_failed
-    return Samples(torch.tensor(tokens), proposed, accepted, failures)
+        rounds += result.stats.rounds
+    return Samples(torch.tensor(tokens), proposed, accepted, failures, rounds)
 
 
 def min_homogeneity_p_value(a: Samples, b: Samples) -> float:
@@ -204,7 +209,16 @@ def tiny_pair(tokenizers):
 def tiny_gen(tiny_pair):
     from anypair import AnyPairGenerator
 
-    return AnyPairGenerator(tiny_pair.target, tiny_pair.draft, dtype="fp32", draft_length="constant", num_draft_tokens=2)
+    return AnyPairGenerator(tiny_pair.target, tiny_pair.draft, dtype="fp32", draft_length="constant", num_draft_tokens=2,
+                            sampled_drafts="intersection")
+
+
+@pytest.fixture(scope="module")
+def tiny_gen_greedy_drafts(tiny_pair):
+    from anypair import AnyPairGenerator
+
+    return AnyPairGenerator(tiny_pair.target, tiny_pair.draft, dtype="fp32", draft_length="constant", num_draft_tokens=2,
+                            sampled_drafts="greedy")
 
 
 @pytest.fixture(scope="module")
@@ -248,6 +262,28 @@ def test_speculative_sampling_keeps_target_distribution(tiny_gen, tiny_pair, ref
     assert min_homogeneity_p_value(speculative, reference_t1) > ALPHA / len(POSITIONS)  # Bonferroni
 
 
+def test_drafting_that_stops_on_its_own_draws_keeps_target_distribution(tiny_gen, reference_t1):
+    """A draft that ends its proposal when the probability of what it drew falls below a
+    threshold decides the proposal length from its own draws: rejection sampling must stay exact."""
+    stopping = sample_requests(tiny_gen, T1, n=500, seed=103, stop_confidence=0.02, draft_length=3)
+    # the threshold must bite some of the time and not all of the time, or the check proves nothing
+    drafting_rounds_full = 3 * stopping.rounds
+    assert 0 < stopping.proposed < 0.9 * drafting_rounds_full, (stopping.proposed, stopping.rounds)
+    assert 0.1 < stopping.acceptance < 0.95, stopping.acceptance
+    assert min_homogeneity_p_value(stopping, reference_t1) > ALPHA / len(POSITIONS)
+
+
+def test_greedy_drafts_as_point_masses_keep_target_distribution(tiny_gen_greedy_drafts, tiny_pair, reference_t1):
+    """The default sampled-drafting mode: the draft's greedy text, translated, verified as point
+    masses, with and without stopping on the draft's confidence."""
+    for seed, stop in ((104, 0.0), (105, 0.05)):
+        greedy_drafts = sample_requests(tiny_gen_greedy_drafts, T1, n=500, seed=seed, stop_confidence=stop)
+        assert greedy_drafts.draft_failures == 0
+        assert greedy_drafts.proposed > 0 and 0.02 < greedy_drafts.acceptance < 0.95, greedy_drafts.acceptance
+        assert int(greedy_drafts.tokens.max()) < tiny_pair.target_real
+        assert min_homogeneity_p_value(greedy_drafts, reference_t1) > ALPHA / len(POSITIONS)
+
+
 def test_accept_every_draft_token_is_caught(tiny_gen, reference_t1):
     """The same check with a verifier that trusts the draft: it must fail (so the check can fail)."""
     broken = sample_requests(tiny_gen, T1, n=200, seed=102, verifier_cls=AcceptEveryDraftToken)
@@ -288,7 +324,7 @@ def test_same_tokenizer_pair_uses_identity_map_and_stays_lossless(tiny_pair):
         head[:, 1:] += 0.3 * torch.randn(draft_rows, HIDDEN - 1, generator=generator) * (head[:, 1:] != 0)
         draft_model.lm_head.weight.copy_(head)
     gen = AnyPairGenerator(tiny_pair.target, (draft_model, target_tok), dtype="fp32", draft_length="constant",
-                           num_draft_tokens=2)
+                           num_draft_tokens=2, sampled_drafts="intersection")
     assert gen.same_vocabulary
     reference = sample_requests(gen, T1, n=300, seed=300, assisted=False)
     speculative = sample_requests(gen, T1, n=300, seed=301)
@@ -323,7 +359,7 @@ def test_draft_without_usable_tokens_falls_back_to_target_samples(tiny_pair):
     hopeless.load_state_dict(draft_model.state_dict())
     with torch.no_grad():
         hopeless.lm_head.weight[49_152:, 0] = 6.0  # padded rows take everything
-    gen = AnyPairGenerator(tiny_pair.target, (hopeless, draft_tok), dtype="fp32")
+    gen = AnyPairGenerator(tiny_pair.target, (hopeless, draft_tok), dtype="fp32", sampled_drafts="intersection")
     assisted = gen.generate(PROMPT, max_new_tokens=10, do_sample=True, seed=9)
     alone = gen.generate(PROMPT, max_new_tokens=10, do_sample=True, seed=9, assisted=False)
     assert assisted.stats.draft_tokens_proposed == 0
@@ -338,10 +374,27 @@ def test_real_pair_samples_reproducibly_with_statistics(zoo_fetch):
     and the draft's proposals are accepted at a useful rate."""
     from anypair import AnyPairGenerator
 
-    gen = AnyPairGenerator(TARGET, SMOL, dtype="fp32")
+    # a constant length without confidence stopping: every round proposes, so acceptance is seen
+    gen = AnyPairGenerator(TARGET, SMOL, dtype="fp32", draft_length="constant", num_draft_tokens=3,
+                           confidence_threshold=0)
     options = dict(max_new_tokens=16, do_sample=True, temperature=0.7, top_p=0.95, seed=11)
-    first = gen.generate("def fibonacci(n):\n", **options)
-    again = gen.generate("def fibonacci(n):\n", **options)
-    assert first.text == again.text and first.target_ids == again.target_ids
-    assert first.stats.draft_tokens_proposed > 0 and first.stats.acceptance_rate > 0.2
-    assert not first.stats.draft_failed
+    for sampled_drafts in ("greedy", "intersection"):
+        gen.sampled_drafts = sampled_drafts
+        first = gen.generate("def fibonacci(n):\n", **options)
+        again = gen.generate("def fibonacci(n):\n", **options)
+        assert first.text == again.text and first.target_ids == again.target_ids, sampled_drafts
+        assert first.stats.draft_tokens_proposed > 0 and first.stats.acceptance_rate > 0.2, sampled_drafts
+        assert not first.stats.draft_failed
+
+
+def test_seeded_sampling_with_the_default_policy_is_reproducible(zoo_fetch):
+    """The default adaptive policy plans seeded sampling from model sizes, not timings."""
+    from anypair import AnyPairGenerator
+
+    gen = AnyPairGenerator(TARGET, SMOL, dtype="fp32")
+    options = dict(max_new_tokens=24, do_sample=True, temperature=0.7, seed=12)
+    first = gen.generate("def is_prime(n):\n", **options)
+    again = gen.generate("def is_prime(n):\n", **options)
+    assert first.target_ids == again.target_ids
+    assert first.stats.rounds == again.stats.rounds
+    assert first.stats.draft_tokens_proposed == again.stats.draft_tokens_proposed

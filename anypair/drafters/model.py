@@ -47,6 +47,7 @@ class ModelDrafter(Drafter):
         sampling: Optional[SamplingConfig] = None,
         generator: Optional[torch.Generator] = None,
         token_healing: bool = True,
+        sampled_drafts: str = "greedy",
     ) -> None:
         from anypair.tokenization import same_vocabulary as vocab_equal
 
@@ -59,6 +60,12 @@ class ModelDrafter(Drafter):
         self.confidence_threshold = confidence_threshold
         self._advised_confidence = 0.0
         self.sampling = sampling if sampling is not None and sampling.do_sample else None
+        if sampled_drafts not in ("greedy", "intersection"):
+            raise ValueError(f"sampled_drafts must be 'greedy' or 'intersection', got {sampled_drafts!r}")
+        # how to draft when the target samples: "greedy" proposes the draft's greedy text, translated
+        # like in greedy decoding, as point masses (q one-hot: accepted with probability p(token));
+        # "intersection" samples draft tokens the target also has, with their distributions
+        self.draws_samples = self.sampling is not None and sampled_drafts == "intersection"
         self.generator = generator
         self._context_ids: list[int] = []  # draft ids (target ids on the same-vocabulary path)
         self._proposed_draft_ids: list[int] = []
@@ -69,7 +76,7 @@ class ModelDrafter(Drafter):
         self._draft_eos = frozenset(draft_tok.eos_ids)
         self._banned = torch.tensor(sorted(set(draft_tok.special_ids) - self._draft_eos), dtype=torch.long)
         # healing needs the translated greedy path: sampled draft tokens must map 1:1 to target tokens
-        self.token_healing = token_healing and not self.same_vocabulary and self.sampling is None
+        self.token_healing = token_healing and not self.same_vocabulary and not self.draws_samples
         self._healing_masks: dict[bytes, torch.Tensor] = {}
         self._draft_token_bytes: Optional[list[bytes]] = None
         if not self.same_vocabulary:
@@ -82,7 +89,7 @@ class ModelDrafter(Drafter):
             self.sync = None
         # sampling drafts token by token inside the vocabulary intersection (the identity map on
         # the same-vocabulary path, sized to both models' logit rows)
-        if self.sampling is not None:
+        if self.draws_samples:
             from anypair.sampling import pair_vocab_map
 
             self.vocab_map = pair_vocab_map(target_tok, draft_tok)
@@ -104,8 +111,9 @@ class ModelDrafter(Drafter):
 
     @property
     def stops_by_confidence(self) -> bool:
-        # sampled drafting must not stop on what it drew: the number of draws would bias the text
-        return self.sampling is None and self.confidence_threshold != 0
+        # also when sampling: a proposal length decided by the draft's own draws is a stopping
+        # time of the draft's process, and rejection sampling stays exact for any such length
+        return self.confidence_threshold != 0
 
     def set_stop_confidence(self, threshold: float) -> None:
         self._advised_confidence = threshold
@@ -159,7 +167,7 @@ class ModelDrafter(Drafter):
         if max_draft_steps <= 0 or max_target_tokens <= 0:
             self._proposed_draft_ids = []
             return Proposal([], source=self.name)
-        if self.sampling is not None:
+        if self.draws_samples:
             return self._propose_sampled(max_draft_steps, max_target_tokens)
         started = time.perf_counter()
         new_ids: list[int] = []
@@ -220,6 +228,8 @@ class ModelDrafter(Drafter):
             self._proposed_draft_ids = []
             return Proposal([], source=self.name)
         started = time.perf_counter()
+        threshold = self._stop_threshold()
+        sure_so_far = 1.0
         new_ids: list[int] = []
         target_ids: list[int] = []
         dists: list[torch.Tensor] = []
@@ -229,6 +239,12 @@ class ModelDrafter(Drafter):
             if picked is None:
                 break
             draft_id, target_id, q_target = picked
+            # the draft's probability of its own draw stands in for how likely the target is to
+            # keep it (the policy calibrates it against what the target actually accepted)
+            confidence = float(q_target[target_id])
+            if threshold > 0 and sure_so_far * confidence < threshold:
+                break
+            sure_so_far *= confidence
             new_ids.append(draft_id)
             self._context_ids.append(draft_id)
             target_ids.append(target_id)
@@ -240,7 +256,7 @@ class ModelDrafter(Drafter):
         self._proposed_draft_ids = new_ids
         if not target_ids:
             return Proposal([], source=self.name)
-        return Proposal(target_ids, target_probs=torch.stack(dists), source=self.name)
+        return Proposal(target_ids, target_probs=torch.stack(dists), source=self.name, confidence=sure_so_far)
 
     # -- after verification ------------------------------------------------------------------
     def commit(self, new_target_ids: Sequence[int]) -> None:

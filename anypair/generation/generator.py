@@ -17,7 +17,7 @@ from anypair.backends.torch_hf import TorchBackend
 from anypair.drafters.base import DraftRequest, Drafter, NoDrafter
 from anypair.errors import InputError
 from anypair.generation.loop import DecodeRequest, DecodeSession
-from anypair.policies import DraftLengthPolicy, make_policy
+from anypair.policies import AdaptiveLength, DraftLengthPolicy, StepCosts, estimated_step_costs, make_policy
 from anypair.types import GenerationResult, SamplingConfig
 
 ModelSpec = Union[str, "os.PathLike[str]", tuple]  # hub id, local folder, or (model, hf_tokenizer)
@@ -118,6 +118,13 @@ class AnyPairGenerator:
         confidence_threshold: the draft model ends a round once its probability that the whole
             proposal is right (the product of its top probabilities) would fall below this.
             None (default): the adaptive policy sets it each round from the measured costs; 0: off.
+        sampled_drafts: how the draft model proposes when sampling. "greedy" (default): its greedy
+            text, translated as in greedy decoding, verified as point masses (a token is kept with
+            the target's probability of it); "intersection": token-level intersection sampling (the
+            draft samples among tokens the target also has and hands over its distributions).
+            Both keep the target's distribution exactly; which is faster depends on the pair:
+            intersection sampling cannot propose the target's own merges of text the draft splits
+            differently (runs of spaces in code, for one), which greedy translation can.
         dtype: "bf16" (default where the CPU has bf16), "fp32", or a torch dtype.
         backend: "torch" (default) or "ipex" (optional; checked against torch before use).
         linear_kernel: "auto" (default: time torch's CPU linear against anypair's skinny kernel on
@@ -130,6 +137,7 @@ class AnyPairGenerator:
                  draft_length: Union[str, DraftLengthPolicy] = "adaptive",
                  num_draft_tokens: Optional[int] = None,
                  confidence_threshold: Optional[float] = None,
+                 sampled_drafts: str = "greedy",
                  dtype: Union[str, torch.dtype, None] = None,
                  device: Optional[str] = None,
                  backend: str = "torch",
@@ -149,6 +157,9 @@ class AnyPairGenerator:
         self.draft_length = draft_length
         self.num_draft_tokens = num_draft_tokens
         self.confidence_threshold = confidence_threshold
+        if sampled_drafts not in ("greedy", "intersection"):
+            raise InputError(f"sampled_drafts must be 'greedy' or 'intersection', got {sampled_drafts!r}")
+        self.sampled_drafts = sampled_drafts
         self.last_result: Optional[GenerationResult] = None
         self._drafters: dict[tuple, Drafter] = {}
         self._same_vocabulary: Optional[bool] = None
@@ -201,7 +212,7 @@ class AnyPairGenerator:
             return cached
         drafter = ModelDrafter(self.draft_backend, draft.tokenizer, self.target.tokenizer, render,
                                same_vocabulary=self.same_vocabulary, confidence_threshold=self.confidence_threshold,
-                               sampling=sampling, generator=generator)
+                               sampling=sampling, generator=generator, sampled_drafts=self.sampled_drafts)
         if greedy:
             self._drafters[("model", self.confidence_threshold)] = drafter
         return drafter
@@ -223,6 +234,20 @@ class AnyPairGenerator:
 
             return HybridDrafter(self._model_drafter(sampling, generator))
         raise InputError(f"unknown drafter {spec!r}: use 'model', 'lookup', 'hybrid' or a Drafter instance")
+
+    def _estimated_costs(self) -> StepCosts:
+        """Timing-free step costs for this pair (see policies.estimated_step_costs)."""
+        # measured here: on a CPU in fp32 each extra token scored adds ~0.22 of a step; in bf16 and
+        # on GPUs a pass of 2-8 tokens costs about one step
+        on_cpu_fp32 = self.target.model.device.type == "cpu" and self.dtype == torch.float32
+        slope = 0.22 if on_cpu_fp32 else 0.05
+        if self.draft is None or self.drafter_spec == "lookup":
+            return StepCosts(draft_step=1e-3, verify_slope=slope)  # an n-gram lookup costs next to nothing
+
+        def size(model) -> tuple[int, int]:
+            return sum(p.numel() for p in model.parameters()), int(getattr(model.config, "num_hidden_layers", 1) or 1)
+
+        return estimated_step_costs(*size(self.target.model), *size(self.draft.model), multi_token_slope=slope)
 
     def _verifier(self, sampling: SamplingConfig, generator):
         if not sampling.do_sample:
@@ -272,12 +297,12 @@ class AnyPairGenerator:
                 raise InputError(
                     f"prompt ({len(draft_ids)} draft tokens) + max_new_tokens ({max_new_tokens}) exceeds the draft's "
                     f"context of {draft_limit} tokens: use a draft with a longer context, drafter='lookup', or assisted=False")
-        draft_length = self.draft_length
-        if sampling.do_sample and seed is not None and draft_length == "adaptive":
-            # the adaptive length follows measured timings: the number of random draws per round, and
-            # so the sampled text, would depend on machine load; the heuristic depends on outcomes only
-            draft_length = "heuristic"
-        policy = make_policy(draft_length, self.num_draft_tokens)
+        if sampling.do_sample and seed is not None and self.draft_length == "adaptive":
+            # measured timings would make the number of random draws per round, and so the sampled
+            # text, depend on machine load: seeded sampling plans with a cost model from model sizes
+            policy = AdaptiveLength(start=self.num_draft_tokens or 5, fixed_costs=self._estimated_costs())
+        else:
+            policy = make_policy(self.draft_length, self.num_draft_tokens)
         request = DecodeRequest(target_ids, max_new_tokens, self.target.eos_ids, stop_strings, draft_request)
         return DecodeSession(self.target_backend, self.target.tokenizer, drafter, self._verifier(sampling, generator),
                              policy, request)
