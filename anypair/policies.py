@@ -171,8 +171,12 @@ class AdaptiveLength(DraftLengthPolicy):
     E[tokens | k] = (1 - a^(k+1)) / (1 - a) (accepted draft tokens plus the target's own), and
     cost(k) = k * draft_step + verify(k + 1), verify fitted as a line in the tokens scored.
 
-    k = 0 (no drafting: a plain target step) is chosen when no draft length pays for itself; every
-    `probe_every` such rounds one round drafts again so the acceptance estimate can recover.
+    k = 0 (no drafting: a plain target step) is chosen when no draft length pays for itself; after
+    some such rounds one round drafts again (a probe) so the acceptance estimate can recover. Probes
+    back off: the first comes after `first_probe_after` idle rounds, each probe that fails doubles
+    the wait up to `probe_every`, and one that resumes drafting resets it. A failed probe costs about
+    one draft step, a missed predictable stretch costs all its savings, and one unlucky round at the
+    start of a generation must not silence the draft for a dozen rounds of a short output.
 
     With a drafter that stops by its own confidence, the length is only a cap (`maximum`) and the
     policy's job is the stopping point instead: one more draft token is worth proposing while the
@@ -182,7 +186,7 @@ class AdaptiveLength(DraftLengthPolicy):
     own confidence tells the two apart, where one averaged acceptance rate cannot. Each round still
     pays at least one draft step, so the policy also keeps the measured net time each drafting round
     saved against a plain target step; while that average is negative it pauses drafting (k = 0)
-    and probes again every `probe_every` rounds; a probe that pays resumes drafting at once.
+    and probes again (with the same back-off); a probe that pays resumes drafting at once.
 
     A small draft is often right with little confidence on text the target writes (code
     boilerplate in another model's style), so the advice is calibrated online: the share of rounds
@@ -199,11 +203,15 @@ class AdaptiveLength(DraftLengthPolicy):
 
     def __init__(self, start: int = 5, minimum: int = 0, maximum: int = 12, smoothing: float = 0.3,
                  prior_acceptance: float = 0.7, probe_every: int = 12, prior_stop_confidence: float = 0.3,
-                 max_calibration: float = 3.0, fixed_costs: StepCosts | None = None) -> None:
+                 max_calibration: float = 3.0, fixed_costs: StepCosts | None = None,
+                 first_probe_after: int = 2) -> None:
+        if not 1 <= first_probe_after <= probe_every:
+            raise ValueError(f"need 1 <= first_probe_after <= probe_every, got {first_probe_after} and {probe_every}")
         self.start, self.minimum, self.maximum = start, minimum, maximum
         self.smoothing = smoothing
         self.prior_acceptance = prior_acceptance
         self.probe_every = probe_every
+        self.first_probe_after = first_probe_after
         self.prior_stop_confidence = prior_stop_confidence
         self.max_calibration = max_calibration
         self.fixed_costs = fixed_costs
@@ -220,6 +228,7 @@ class AdaptiveLength(DraftLengthPolicy):
             self.verify = FixedLinearCost(self.fixed_costs.verify_slope)
         self.k = self.start
         self._idle_rounds = 0
+        self._probe_wait = self.first_probe_after  # idle rounds before the next probe
         self._probing = False
         self.net_saving = None  # seconds a drafting round saved vs a plain target step (smoothed)
         # smoothed rounds accepted in full and the draft's predicted probability of it; the prior
@@ -249,18 +258,24 @@ class AdaptiveLength(DraftLengthPolicy):
         if self.confidence_stopping:
             if self.net_saving is None or self.net_saving >= 0:
                 return self.maximum
-            self._idle_rounds += 1
-            if self._idle_rounds >= self.probe_every:
-                self._idle_rounds = 0
-                self._probing = True
+            if self._probe_due():
                 return self.maximum
             return 0
-        if self.k == 0:
-            self._idle_rounds += 1
-            if self._idle_rounds >= self.probe_every:
-                self._idle_rounds = 0
-                return max(1, self.minimum)
+        if self.k == 0 and self._probe_due():
+            return max(1, self.minimum)
         return self.k
+
+    def _probe_due(self) -> bool:
+        self._idle_rounds += 1
+        if self._idle_rounds < self._probe_wait:
+            return False
+        self._idle_rounds = 0
+        self._probing = True
+        return True
+
+    def _after_probe(self) -> None:
+        drafting = (self.net_saving is None or self.net_saving >= 0) if self.confidence_stopping else self.k > 0
+        self._probe_wait = self.first_probe_after if drafting else min(self.probe_every, 2 * self._probe_wait)
 
     def update(self, feedback: RoundFeedback) -> None:
         s = self.smoothing
@@ -296,10 +311,11 @@ class AdaptiveLength(DraftLengthPolicy):
                 self.net_saving = saved  # a probe that pays decides: the text got predictable
             else:
                 self.net_saving = (1 - s) * self.net_saving + s * saved
-        self._probing = False
-        if self.draft_step is None or not self.verify.known:
-            return
-        self.k = self.best_length(self.acceptance, self.draft_step, self.verify)
+        probed, self._probing = self._probing, False
+        if self.draft_step is not None and self.verify.known:
+            self.k = self.best_length(self.acceptance, self.draft_step, self.verify)
+        if probed:
+            self._after_probe()
 
     def best_length(self, acceptance: float, draft_step: float, verify) -> int:
         """`verify` is the seconds to score n tokens: a callable of n, or a number (flat cost)."""

@@ -133,7 +133,7 @@ def test_text_assembler_split_utf8_and_stop():
 
 
 def test_confidence_stopping_pauses_drafting_while_it_loses_time():
-    p = AdaptiveLength(maximum=10, probe_every=4)
+    p = AdaptiveLength(maximum=10, probe_every=4, first_probe_after=4)
     p.use_confidence_stopping(True)
     step = lambda n: 0.2 + 0.05 * n
     # rounds that cost a draft step and save nothing: drafting pauses (k = 0) ...
@@ -149,7 +149,7 @@ def test_confidence_stopping_pauses_drafting_while_it_loses_time():
 
 
 def test_probe_that_pays_resumes_drafting_at_once():
-    p = AdaptiveLength(maximum=10, probe_every=3)
+    p = AdaptiveLength(maximum=10, probe_every=3, first_probe_after=3)
     p.use_confidence_stopping(True)
     step = lambda n: 0.2 + 0.05 * n
     for _ in range(8):  # long losing streak: a strongly negative average
@@ -163,6 +163,42 @@ def test_probe_that_pays_resumes_drafting_at_once():
     # one probe saving a little is enough: smoothing it into the old average would pause again
     p.update(RoundFeedback(10, 2, 2, 0.1, step(3), 0.05))
     assert p.net_saving > 0 and p.next_length() == 10
+
+
+def test_failed_probes_back_off_and_a_paying_probe_resets_the_wait():
+    p = AdaptiveLength(maximum=10, probe_every=12, first_probe_after=2)
+    p.use_confidence_stopping(True)
+    step = lambda n: 0.2 + 0.05 * n
+    losing = lambda k: RoundFeedback(k, 1, 0, 0.3, step(2), 0.05)
+    p.update(losing(p.next_length()))  # the first round loses time: paused
+    assert p.net_saving < 0
+
+    def wait_for_probe() -> int:
+        idle = 0
+        while p.next_length() == 0:
+            idle += 1
+            assert idle < 50, "the policy never probes"
+        return idle
+
+    waits = []
+    for _ in range(5):  # every probe fails: the wait doubles, capped at probe_every
+        waits.append(wait_for_probe())
+        p.update(losing(10))
+    assert waits == [1, 3, 7, 11, 11]  # idle rounds before probes after 2, 4, 8, 12, 12
+    # a probe that pays resumes drafting and resets the wait for the next pause
+    wait_for_probe()
+    p.update(RoundFeedback(10, 5, 5, 0.3, step(6), 0.05))
+    assert p.next_length() == 10
+    while p.net_saving >= 0:
+        p.update(losing(10))
+    assert wait_for_probe() == 1
+
+
+def test_probe_settings_are_checked():
+    with pytest.raises(ValueError):
+        AdaptiveLength(probe_every=4, first_probe_after=5)
+    with pytest.raises(ValueError):
+        AdaptiveLength(first_probe_after=0)
 
 
 def test_stop_threshold_follows_the_drafts_calibration():
@@ -202,7 +238,7 @@ def test_fixed_costs_make_the_adaptive_policy_ignore_timings():
     from anypair.policies import AdaptiveLength, RoundFeedback, StepCosts
 
     def lengths(seconds_scale: float) -> list[tuple[int, float]]:
-        policy = AdaptiveLength(fixed_costs=StepCosts(draft_step=0.2, verify_slope=0.22))
+        policy = AdaptiveLength(fixed_costs=StepCosts(draft_step=0.2, verify_slope=0.22), first_probe_after=12)
         policy.use_confidence_stopping(True)
         seen = []
         for accepted, proposed in [(3, 3), (0, 2), (1, 4), (0, 1), (0, 3), (2, 2)] * 4:
@@ -219,7 +255,7 @@ def test_fixed_costs_make_the_adaptive_policy_ignore_timings():
 def test_fixed_costs_pause_drafting_that_cannot_pay():
     from anypair.policies import AdaptiveLength, RoundFeedback, StepCosts
 
-    policy = AdaptiveLength(fixed_costs=StepCosts(draft_step=0.2, verify_slope=0.22))
+    policy = AdaptiveLength(fixed_costs=StepCosts(draft_step=0.2, verify_slope=0.22), first_probe_after=12)
     policy.use_confidence_stopping(True)
     for _ in range(6):
         k = policy.next_length()
