@@ -172,6 +172,16 @@ class ProposalCounter:
     """Counts the target tokens transformers' candidate generator proposes, by wrapping the
     generator it builds for each call (transformers reports no acceptance figures itself)."""
 
+    @classmethod
+    def for_model(cls, model) -> "ProposalCounter":
+        """One counter per target model: several assisted methods share the target, and wrapping
+        its generator builder once per method would nest the wrappers."""
+        counter = getattr(model, "_anypair_proposal_counter", None)
+        if counter is None:
+            counter = cls(model)
+            model._anypair_proposal_counter = counter
+        return counter
+
     def __init__(self, model) -> None:
         self.proposed = 0
         build_candidate_generator = model._get_candidate_generator
@@ -211,7 +221,7 @@ class TransformersMethod:
         # The assistant's generation config changes during a call (confidence threshold,
         # heuristic draft length) and would carry over into the next example: restore it each time.
         self.pristine_assistant_config = copy.deepcopy(draft.model.generation_config) if draft is not None else None
-        self.proposal_counter = ProposalCounter(target.model) if draft is not None else None
+        self.proposal_counter = ProposalCounter.for_model(target.model) if draft is not None else None
 
     def generation_kwargs(self, decoding: Decoding) -> dict:
         from transformers import GenerationConfig

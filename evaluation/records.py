@@ -44,6 +44,9 @@ class ExampleRecord:
     passed: Optional[bool] = None  # HumanEval pass@1 of this output
     execution_detail: Optional[str] = None
     rouge: Optional[RougeScores] = None
+    # why the method raised on this example (then no output and no figures); delete the line
+    # from examples.jsonl to retry it
+    error: Optional[str] = None
 
     @property
     def key(self) -> tuple[str, str, str, str]:

@@ -40,6 +40,8 @@ class MethodSummary:
     identical_rate: Optional[float]  # share of examples whose output equals the baseline's
     pass_at_1: Optional[float]  # HumanEval
     rouge: Optional[dict[str, float]]  # summaries: mean F-measures in percent
+    failed: int = 0  # examples where the method raised (not in n or any figure)
+    errors: list[str] = field(default_factory=list)  # their distinct messages
 
 
 @dataclass
@@ -95,11 +97,21 @@ def mean_or_none(values: Sequence[Optional[float]]) -> Optional[float]:
 
 
 def summarize_group(records: Sequence[ExampleRecord], baseline_by_example: dict[tuple[str, str], ExampleRecord]) -> MethodSummary:
+    failures = [r for r in records if r.error is not None]
+    records = [r for r in records if r.error is None]
+    if not records:
+        first = failures[0]
+        return MethodSummary(task=first.task, method=first.method, draft=first.draft, n=0, tokens_per_second_mean=0.0,
+                             time_to_first_token_s_median=0.0, new_tokens_mean=0.0, prompt_tokens_mean=0.0,
+                             speedup=None, acceptance_rate_mean=None, mean_accepted_per_round=None,
+                             identical_rate=None, pass_at_1=None, rouge=None, failed=len(failures),
+                             errors=sorted({r.error for r in failures}))
     first = records[0]
     speedups = []
     for record in records:
         baseline = baseline_by_example.get((record.task, record.example_id))
-        if baseline is not None and baseline.tokens_per_second > 0 and record.method != BASELINE_METHOD:
+        if (baseline is not None and baseline.error is None and baseline.tokens_per_second > 0
+                and record.method != BASELINE_METHOD):
             speedups.append(record.tokens_per_second / baseline.tokens_per_second)
     identical = [r.identical_to_baseline for r in records if r.identical_to_baseline is not None]
     rouge = None
@@ -122,6 +134,8 @@ def summarize_group(records: Sequence[ExampleRecord], baseline_by_example: dict[
         identical_rate=(sum(identical) / len(identical)) if identical else None,
         pass_at_1=(sum(passed) / len(passed)) if passed else None,
         rouge=rouge,
+        failed=len(failures),
+        errors=sorted({r.error for r in failures}),
     )
 
 
@@ -157,9 +171,12 @@ def quality_cell(summary: MethodSummary) -> str:
     return "–"
 
 
-def speedup_cell(speedup: Optional[SpeedupSummary], which: str) -> str:
-    if speedup is None:
+def speedup_cell(summary: MethodSummary, which: str) -> str:
+    speedup = summary.speedup
+    if summary.method == BASELINE_METHOD:
         return "1.00 (baseline)"
+    if speedup is None:
+        return "– (no baseline)"
     value = getattr(speedup, which)
     interval = getattr(speedup, f"{which}_ci")
     return f"{value:.2f} [{interval.low:.2f}, {interval.high:.2f}]"
@@ -172,15 +189,19 @@ def markdown_table(summaries: Sequence[MethodSummary]) -> str:
     )
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for s in summaries:
+        if s.n == 0:
+            lines.append(f"| {s.task} | {method_label(s)} | 0 ({s.failed} failed) | failed: {'; '.join(s.errors)[:160]} "
+                         "| – | – | – | – | – | – | – |")
+            continue
         lines.append(
             "| "
             + " | ".join(
                 [
                     s.task,
                     method_label(s),
-                    str(s.n),
-                    speedup_cell(s.speedup, "median"),
-                    speedup_cell(s.speedup, "geometric_mean"),
+                    str(s.n) + (f" ({s.failed} failed)" if s.failed else ""),
+                    speedup_cell(s, "median"),
+                    speedup_cell(s, "geometric_mean"),
                     f"{s.tokens_per_second_mean:.2f}",
                     f"{s.time_to_first_token_s_median:.2f}",
                     format_optional(s.acceptance_rate_mean, "{:.2f}"),
@@ -220,7 +241,7 @@ def plot_speedups(summaries: Sequence[MethodSummary], path: Path, title: str = "
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    measured = [s for s in summaries if s.speedup is not None]
+    measured = [s for s in summaries if s.speedup is not None and s.n > 0]
     tasks = sorted({s.task for s in measured})
     labels = sorted({method_label(s) for s in measured})
     figure, axes = plt.subplots(figsize=(max(6.0, 2.2 * len(tasks) + 0.4 * len(labels)), 4.5))

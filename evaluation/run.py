@@ -178,6 +178,16 @@ def make_record(example: Example, method: Method, prompt: BuiltPrompt, output: M
     return record
 
 
+def failure_record(example: Example, method: Method, prompt: BuiltPrompt, error: Exception) -> ExampleRecord:
+    message = " ".join(str(error).split())
+    return ExampleRecord(
+        task=example.task, example_id=example.example_id, method=method.name, draft=method.draft_name,
+        prompt_tokens=0, prompt_truncated=prompt.truncated, new_tokens=0, time_to_first_token_s=0.0,
+        total_time_s=0.0, tokens_per_second=0.0, finish_reason="error", text="", target_ids=[],
+        error=f"{type(error).__name__}: {message[:300]}",
+    )
+
+
 def pending_work(store: RecordStore, examples_by_task: dict[str, list[Example]], methods: Sequence[Method]) -> int:
     return sum(
         not store.is_done(example.task, example.example_id, method.name, method.draft_name)
@@ -211,7 +221,15 @@ def run_all(args: argparse.Namespace, store: RecordStore, examples_by_task: dict
                 if store.is_done(task, example.example_id, method.name, method.draft_name):
                     continue
                 progress.set_postfix_str(f"{task} {example.example_id} {method.name}", refresh=True)
-                output = method.generate(prompt, decoding)
+                try:
+                    output = method.generate(prompt, decoding)
+                except Exception as error:  # one method failing on one example must not end the run
+                    record = failure_record(example, method, prompt, error)
+                    progress.write(f"{task} {example.example_id} {method.name} {method.draft_name}: FAILED, "
+                                   f"recorded and skipped: {record.error}")
+                    store.append(record)
+                    progress.update(1)
+                    continue
                 baseline = store.get(task, example.example_id, BASELINE_METHOD, "")
                 store.append(make_record(example, method, prompt, output, baseline, greedy))
                 progress.update(1)

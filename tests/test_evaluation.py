@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `evaluation` is not an installed package
 
-from evaluation import data, metrics, prompts, records, report, run  # noqa: E402
+from evaluation import data, methods, metrics, prompts, records, report, run  # noqa: E402
 from evaluation.methods import BASELINE_METHOD, Decoding, MethodOutput, strip_end_of_sequence  # noqa: E402
 
 QWEN_SMALL = "Qwen/Qwen2.5-Coder-0.5B-Instruct"
@@ -238,6 +238,42 @@ def test_report_files_from_synthetic_records(tmp_path):
     assert "Command: `python evaluation/run.py --n 4`" in table
     png = (tmp_path / report.REPORT_PLOT).read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 5000
+
+
+def test_failed_generations_are_counted_not_averaged(tmp_path):
+    rows = synthetic_records()
+    example = data.Example(task="humaneval", example_id="HumanEval/9", document="def f():\n", reference="")
+    prompt = prompts.BuiltPrompt(text="def f():\n", prompt_tokens=4, truncated=False, uses_chat_template=False)
+    failing = CountingMethod("hf-uag", "org/Draft-A")
+    failed = run.failure_record(example, failing, prompt, RuntimeError("size of tensor a (518)\n must match"))
+    assert failed.error == "RuntimeError: size of tensor a (518) must match" and failed.finish_reason == "error"
+    rows.append(synthetic_record("humaneval", "HumanEval/9", BASELINE_METHOD, "", 2.0, passed=True))
+    rows.append(failed)
+    # a method that failed everywhere still gets a row that says so
+    rows.append(run.failure_record(example, CountingMethod("anypair", "org/Draft-B"), prompt, ValueError("boom")))
+    summaries = {(s.task, s.method, s.draft): s for s in report.summarize(rows)}
+    uag = summaries[("humaneval", "hf-uag", "org/Draft-A")]
+    assert uag.n == 4 and uag.failed == 1 and uag.speedup.median == pytest.approx(0.5)
+    assert uag.errors == ["RuntimeError: size of tensor a (518) must match"]
+    dead = summaries[("humaneval", "anypair", "org/Draft-B")]
+    assert dead.n == 0 and dead.failed == 1
+    table = report.markdown_table(list(summaries.values()))
+    assert "| 4 (1 failed) |" in table and "| 0 (1 failed) | failed: ValueError: boom" in table
+    # a failure is a finished job: resuming does not retry it
+    store = records.RecordStore(tmp_path)
+    store.append(failed)
+    assert records.RecordStore(tmp_path).is_done("humaneval", "HumanEval/9", "hf-uag", "org/Draft-A")
+
+
+def test_one_proposal_counter_per_target_model():
+    class FakeModel:
+        def _get_candidate_generator(self, *args, **kwargs):
+            raise AssertionError("not called here")
+
+    model = FakeModel()
+    first = methods.ProposalCounter.for_model(model)
+    wrapped = model._get_candidate_generator
+    assert methods.ProposalCounter.for_model(model) is first and model._get_candidate_generator is wrapped
 
 
 def test_run_cli_arguments():

@@ -1,0 +1,103 @@
+"""Draft-length policy benchmark: which policy turns a draft into the most speed on this machine.
+
+Greedy, one loaded pair, interleaved per prompt (the target alone first, then anypair with each
+policy), so machine drift cancels. Every assisted output is checked token for token against the
+target's own; a mismatch stops the run. Policies:
+
+- adaptive: the default (confidence stopping, measured costs, probes that back off);
+- adaptive-fixed-probe: the same with a fixed probe interval of 12 idle rounds (the policy before
+  the back-off), to show what the back-off changes;
+- constant-2, constant-3: always that many draft tokens, no confidence stopping;
+- heuristic: transformers' schedule (grow after full acceptance, shrink otherwise).
+
+    python evaluation/bench_policies.py                          # 4 HumanEval prompts, 64 tokens
+    python evaluation/bench_policies.py --n 10 --max-new-tokens 128 --json policies.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+from anypair.bench import DEFAULT_DRAFT, DEFAULT_TARGET, humaneval_prompts, machine_description
+from anypair.policies import AdaptiveLength, ConstantLength, DraftLengthPolicy, HeuristicLength
+
+POLICIES: dict[str, Callable[[], DraftLengthPolicy]] = {
+    "adaptive": AdaptiveLength,
+    "adaptive-fixed-probe": lambda: AdaptiveLength(first_probe_after=12, probe_every=12),
+    "constant-2": lambda: ConstantLength(2),
+    "constant-3": lambda: ConstantLength(3),
+    "heuristic": HeuristicLength,
+}
+
+
+@dataclass
+class PolicyRun:
+    prompt: int
+    policy: str
+    tokens_per_second: float
+    speedup: float
+    rounds: int
+    proposed: int
+    accepted: int
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", default=DEFAULT_TARGET)
+    parser.add_argument("--draft", default=DEFAULT_DRAFT)
+    parser.add_argument("--n", type=int, default=4, help="HumanEval prompts (default 4)")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--policies", default=",".join(POLICIES), help="comma-separated, from: " + ", ".join(POLICIES))
+    parser.add_argument("--json", help="save every run to this JSON file")
+    args = parser.parse_args()
+    names = [p.strip() for p in args.policies.split(",") if p.strip()]
+    unknown = [p for p in names if p not in POLICIES]
+    if unknown:
+        parser.error(f"unknown policies {unknown}; choose from {list(POLICIES)}")
+
+    from anypair.generation.generator import AnyPairGenerator
+
+    gen = AnyPairGenerator(args.target, args.draft, threads=args.threads)
+    prompts = humaneval_prompts(args.n)
+
+    def run(prompt: str, policy: str | None):
+        if policy is None:
+            return gen.generate(prompt, max_new_tokens=args.max_new_tokens, assisted=False)
+        gen.draft_length = POLICIES[policy]()
+        return gen.generate(prompt, max_new_tokens=args.max_new_tokens)
+
+    run(prompts[0], None)  # warm-up: one-off allocations and kernel choice
+    run(prompts[0], names[0])
+    runs: list[PolicyRun] = []
+    for i, prompt in enumerate(prompts):
+        base = run(prompt, None)
+        line = [f"prompt {i}: target {base.stats.tokens_per_second:.2f} tok/s"]
+        for name in names:
+            result = run(prompt, name)
+            if list(result.target_ids) != list(base.target_ids):
+                raise SystemExit(f"policy {name} changed the output of prompt {i}: that is a bug, not a figure")
+            s = result.stats
+            speedup = s.tokens_per_second / base.stats.tokens_per_second
+            runs.append(PolicyRun(i, name, s.tokens_per_second, speedup, s.rounds,
+                                  s.draft_tokens_proposed, s.draft_tokens_accepted))
+            line.append(f"{name} {speedup:.2f}x ({s.draft_tokens_accepted}/{s.draft_tokens_proposed} in {s.rounds} rounds)")
+        print(" | ".join(line), flush=True)
+
+    print(f"\n| policy | median speedup | per prompt | accepted / proposed |\n|---|---|---|---|")
+    for name in names:
+        mine = [r for r in runs if r.policy == name]
+        print(f"| {name} | {statistics.median(r.speedup for r in mine):.2f}x | "
+              f"{', '.join(f'{r.speedup:.2f}' for r in mine)} | "
+              f"{sum(r.accepted for r in mine)} / {sum(r.proposed for r in mine)} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(settings=dict(vars(args), dtype=str(gen.dtype), machine=machine_description()),
+                           runs=[asdict(r) for r in runs]), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
