@@ -89,9 +89,14 @@ class Method(Protocol):
     def generate(self, prompt: BuiltPrompt, decoding: Decoding) -> MethodOutput: ...
 
 
-def strip_end_of_sequence(ids: list[int], eos_ids: frozenset[int]) -> list[int]:
-    """Generated ids without a final end-of-sequence token (anypair leaves it out, transformers keeps it)."""
-    return ids[:-1] if ids and ids[-1] in eos_ids else ids
+def cut_after_end_of_sequence(ids: list[int], eos_ids: frozenset[int]) -> list[int]:
+    """Generated ids up to and including the first end-of-sequence token, the convention anypair's
+    `target_ids` follow: every method's ids must be cut the same way, or the outputs of an example
+    that ends at EOS compare unequal by one token (and tokens per second count one token apart)."""
+    for position, token in enumerate(ids):
+        if token in eos_ids:
+            return ids[: position + 1]
+    return ids
 
 
 def eos_ids_of(loaded: LoadedModel) -> frozenset[int]:
@@ -262,13 +267,12 @@ class TransformersMethod:
                 input_ids, attention_mask=torch.ones_like(input_ids), streamer=timer, **kwargs
             )
         total_time = time.perf_counter() - started
-        generated = output[0, len(prompt_ids):].tolist()
+        generated = cut_after_end_of_sequence(output[0, len(prompt_ids):].tolist(), self.eos_ids)
         finish_reason = "eos" if generated and generated[-1] in self.eos_ids else "length"
-        generated = strip_end_of_sequence(generated, self.eos_ids)
         assisted = self.draft is not None
         proposed = self.proposal_counter.take() if assisted else None
         # each round adds the accepted draft tokens and one token of the target's own
-        accepted = max(len(generated) + (finish_reason == "eos") - timer.rounds, 0) if assisted else None
+        accepted = max(len(generated) - timer.rounds, 0) if assisted else None
         return MethodOutput(
             text=self.target.tokenizer.decode(generated, skip_special_tokens=True),
             target_ids=generated,

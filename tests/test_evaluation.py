@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `evaluation` is not an installed package
 
 from evaluation import data, methods, metrics, prompts, records, report, run  # noqa: E402
-from evaluation.methods import BASELINE_METHOD, Decoding, MethodOutput, strip_end_of_sequence  # noqa: E402
+from evaluation.methods import BASELINE_METHOD, Decoding, MethodOutput, cut_after_end_of_sequence  # noqa: E402
 
 QWEN_SMALL = "Qwen/Qwen2.5-Coder-0.5B-Instruct"
 SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -144,7 +144,10 @@ def test_method_output_figures():
     assert output.tokens_per_second == 2.0 and output.acceptance_rate == 0.25 and output.mean_accepted_per_round == 1.0
     baseline = MethodOutput("x", [1], 10, 0.1, 1.0, "length")
     assert baseline.acceptance_rate is None and baseline.mean_accepted_per_round is None
-    assert strip_end_of_sequence([5, 6, 7], frozenset({7})) == [5, 6]
+    # every method's ids end at (and keep) the first EOS, as anypair's target_ids do
+    assert cut_after_end_of_sequence([5, 6, 7], frozenset({7})) == [5, 6, 7]
+    assert cut_after_end_of_sequence([5, 7, 6, 7], frozenset({7})) == [5, 7]
+    assert cut_after_end_of_sequence([5, 6], frozenset({7})) == [5, 6]
     assert Decoding(16).do_sample is False and Decoding(16, temperature=0.7).do_sample
 
 
