@@ -105,6 +105,10 @@ class ModelDrafter(Drafter):
             self._context_ids = list(self.render_prompt(request))
             self.sync.reset()
         self._proposed_draft_ids = []
+        # the draft reads the prompt now, not inside the first round: a round that pays a
+        # thousand-token prefill looks like drafting that loses time, and the policy would pause it
+        if len(self._context_ids) > 1:
+            self.backend.extend(self._context_ids[:-1])
 
     def step_cost_hint(self) -> Optional[float]:
         return self._step_seconds
@@ -125,7 +129,15 @@ class ModelDrafter(Drafter):
         if not feed:  # everything is cached: re-feed the last token to get its logits
             self.backend.crop(cached - 1)
             feed = self._context_ids[cached - 1 :]
-        return self.backend.extend(feed)
+        started = time.perf_counter()
+        logits = self.backend.extend(feed)
+        if len(feed) == 1:
+            # only one-token steps measure the step cost: a catch-up feed after a paused stretch
+            # (or a long prompt) would make every later step look many times dearer, and the
+            # policy would then stop drafting for good
+            per_step = time.perf_counter() - started
+            self._step_seconds = per_step if self._step_seconds is None else 0.7 * self._step_seconds + 0.3 * per_step
+        return logits
 
     def _tokens_starting_with(self, prefix: bytes) -> torch.Tensor:
         """Ids of the draft tokens whose bytes start with `prefix` (cached: tails repeat)."""
@@ -169,7 +181,6 @@ class ModelDrafter(Drafter):
             return Proposal([], source=self.name)
         if self.draws_samples:
             return self._propose_sampled(max_draft_steps, max_target_tokens)
-        started = time.perf_counter()
         new_ids: list[int] = []
         finished = False
         heal = self.sync.pending if self.token_healing else b""
@@ -178,9 +189,7 @@ class ModelDrafter(Drafter):
         # it below the threshold is worth less than the verification it costs, so it is left out
         sure_so_far = 1.0
         # re-writing the held-back tail is an extra step: it proposes no new text by itself
-        steps_run = 0
         for step in range(max_draft_steps + (1 if heal else 0)):
-            steps_run += 1
             logits = self._next_logits()
             healing_step = step == 0 and bool(heal)
             token, confidence = self._pick(logits, heal if healing_step else b"")
@@ -194,10 +203,6 @@ class ModelDrafter(Drafter):
             self._context_ids.append(token)
             if self.same_vocabulary and len(new_ids) >= max_target_tokens:
                 break
-        elapsed = time.perf_counter() - started
-        if steps_run:
-            per_step = elapsed / steps_run
-            self._step_seconds = per_step if self._step_seconds is None else 0.7 * self._step_seconds + 0.3 * per_step
         self._proposed_draft_ids = new_ids
         if self.same_vocabulary:
             return Proposal(new_ids[:max_target_tokens], source=self.name, confidence=sure_so_far)
@@ -227,7 +232,6 @@ class ModelDrafter(Drafter):
             # token would not continue the target's text, so this round is one target sample
             self._proposed_draft_ids = []
             return Proposal([], source=self.name)
-        started = time.perf_counter()
         threshold = self._stop_threshold()
         sure_so_far = 1.0
         new_ids: list[int] = []
@@ -249,10 +253,6 @@ class ModelDrafter(Drafter):
             self._context_ids.append(draft_id)
             target_ids.append(target_id)
             dists.append(q_target)
-        elapsed = time.perf_counter() - started
-        if new_ids:
-            per_step = elapsed / len(new_ids)
-            self._step_seconds = per_step if self._step_seconds is None else 0.7 * self._step_seconds + 0.3 * per_step
         self._proposed_draft_ids = new_ids
         if not target_ids:
             return Proposal([], source=self.name)
