@@ -98,14 +98,14 @@ def mean_or_none(values: Sequence[Optional[float]]) -> Optional[float]:
 
 def summarize_group(records: Sequence[ExampleRecord], baseline_by_example: dict[tuple[str, str], ExampleRecord]) -> MethodSummary:
     failures = [r for r in records if r.error is not None]
+    errors = sorted({r.error for r in failures})
     records = [r for r in records if r.error is None]
     if not records:
         first = failures[0]
         return MethodSummary(task=first.task, method=first.method, draft=first.draft, n=0, tokens_per_second_mean=0.0,
                              time_to_first_token_s_median=0.0, new_tokens_mean=0.0, prompt_tokens_mean=0.0,
                              speedup=None, acceptance_rate_mean=None, mean_accepted_per_round=None,
-                             identical_rate=None, pass_at_1=None, rouge=None, failed=len(failures),
-                             errors=sorted({r.error for r in failures}))
+                             identical_rate=None, pass_at_1=None, rouge=None, failed=len(failures), errors=errors)
     first = records[0]
     speedups = []
     for record in records:
@@ -135,7 +135,7 @@ def summarize_group(records: Sequence[ExampleRecord], baseline_by_example: dict[
         pass_at_1=(sum(passed) / len(passed)) if passed else None,
         rouge=rouge,
         failed=len(failures),
-        errors=sorted({r.error for r in failures}),
+        errors=errors,
     )
 
 

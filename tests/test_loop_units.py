@@ -238,7 +238,7 @@ def test_fixed_costs_make_the_adaptive_policy_ignore_timings():
     from anypair.policies import AdaptiveLength, RoundFeedback, StepCosts
 
     def lengths(seconds_scale: float) -> list[tuple[int, float]]:
-        policy = AdaptiveLength(fixed_costs=StepCosts(draft_step=0.2, verify_slope=0.22), first_probe_after=12)
+        policy = AdaptiveLength(fixed_costs=StepCosts(draft_step=0.2, verify_slope=0.22))
         policy.use_confidence_stopping(True)
         seen = []
         for accepted, proposed in [(3, 3), (0, 2), (1, 4), (0, 1), (0, 3), (2, 2)] * 4:
