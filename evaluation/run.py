@@ -136,6 +136,18 @@ def interleaved_order(methods: Sequence[Method], example_index: int) -> list[Met
     return baseline + others
 
 
+def example_order(examples_by_task: dict[str, list[Example]]) -> list[tuple[str, int, Example]]:
+    """Example-major across tasks (first example of every task, then the second, ...), so that a run stopped
+    early has covered every task about equally instead of finishing one task before starting the next."""
+    longest = max((len(examples) for examples in examples_by_task.values()), default=0)
+    return [
+        (task, index, examples[index])
+        for index in range(longest)
+        for task, examples in examples_by_task.items()
+        if index < len(examples)
+    ]
+
+
 def warm_up(methods: Sequence[Method], prompt: BuiltPrompt) -> None:
     """One short untimed generation per method: first calls pay for allocations and caches."""
     for method in methods:
@@ -214,25 +226,24 @@ def run_all(args: argparse.Namespace, store: RecordStore, examples_by_task: dict
     first_example = next(iter(examples_by_task.values()))[0]
     warm_up(methods, build_prompt(first_example, target.tokenizer, args.max_prompt_tokens))
     progress = tqdm(total=remaining, unit="gen", desc="evaluating", dynamic_ncols=True)
-    for task, examples in examples_by_task.items():
-        for index, example in enumerate(examples):
-            prompt = build_prompt(example, target.tokenizer, args.max_prompt_tokens)
-            for method in interleaved_order(methods, index):
-                if store.is_done(task, example.example_id, method.name, method.draft_name):
-                    continue
-                progress.set_postfix_str(f"{task} {example.example_id} {method.name}", refresh=True)
-                try:
-                    output = method.generate(prompt, decoding)
-                except Exception as error:  # one method failing on one example must not end the run
-                    record = failure_record(example, method, prompt, error)
-                    progress.write(f"{task} {example.example_id} {method.name} {method.draft_name}: FAILED, "
-                                   f"recorded and skipped: {record.error}")
-                    store.append(record)
-                    progress.update(1)
-                    continue
-                baseline = store.get(task, example.example_id, BASELINE_METHOD, "")
-                store.append(make_record(example, method, prompt, output, baseline, greedy))
+    for task, index, example in example_order(examples_by_task):
+        prompt = build_prompt(example, target.tokenizer, args.max_prompt_tokens)
+        for method in interleaved_order(methods, index):
+            if store.is_done(task, example.example_id, method.name, method.draft_name):
+                continue
+            progress.set_postfix_str(f"{task} {example.example_id} {method.name}", refresh=True)
+            try:
+                output = method.generate(prompt, decoding)
+            except Exception as error:  # one method failing on one example must not end the run
+                record = failure_record(example, method, prompt, error)
+                progress.write(f"{task} {example.example_id} {method.name} {method.draft_name}: FAILED, "
+                               f"recorded and skipped: {record.error}")
+                store.append(record)
                 progress.update(1)
+                continue
+            baseline = store.get(task, example.example_id, BASELINE_METHOD, "")
+            store.append(make_record(example, method, prompt, output, baseline, greedy))
+            progress.update(1)
     progress.close()
 
 

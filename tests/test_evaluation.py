@@ -211,6 +211,17 @@ def test_interleaving_puts_the_baseline_first_and_rotates_the_rest():
     assert orders[1][1:] == ["hf-uag", "anypair-lookup", "anypair"]
 
 
+def test_examples_run_example_major_across_tasks_so_a_stopped_run_covers_every_task():
+    examples_by_task = {"humaneval": ["h0", "h1", "h2"], "scrolls": ["s0"], "cnn_dailymail": ["c0", "c1"]}
+    order = [(task, index, example) for task, index, example in run.example_order(examples_by_task)]
+    assert order == [
+        ("humaneval", 0, "h0"), ("scrolls", 0, "s0"), ("cnn_dailymail", 0, "c0"),
+        ("humaneval", 1, "h1"), ("cnn_dailymail", 1, "c1"),
+        ("humaneval", 2, "h2"),
+    ]
+    assert run.example_order({}) == []
+
+
 def test_settings_mismatch_is_refused(tmp_path):
     records.check_or_write_settings(tmp_path, {"target": "a", "max_new_tokens": 32})
     records.check_or_write_settings(tmp_path, {"target": "a", "max_new_tokens": 32})
