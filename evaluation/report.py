@@ -50,7 +50,7 @@ class RunSettings:
     drafts: list[str]
     methods: list[str]
     tasks: list[str]
-    n_per_task: int
+    n_requested: int  # --n: examples asked for per task
     max_new_tokens: int
     temperature: float
     max_prompt_tokens: int
@@ -60,6 +60,26 @@ class RunSettings:
     command: str
     versions: dict[str, str] = field(default_factory=dict)
     machine: dict[str, str] = field(default_factory=dict)
+    # examples with a baseline result, per task: what the figures rest on (a stopped run has fewer than asked)
+    examples_per_task: dict[str, int] = field(default_factory=dict)
+
+
+def examples_per_task(records: Iterable[ExampleRecord]) -> dict[str, int]:
+    """Per task, the examples the baseline finished: the n every speedup in the report can rest on."""
+    done: dict[str, set[str]] = {}
+    for record in records:
+        if record.method == BASELINE_METHOD and record.error is None:
+            done.setdefault(record.task, set()).add(record.example_id)
+    return {task: len(ids) for task, ids in done.items()}
+
+
+def examples_phrase(settings: RunSettings) -> str:
+    counts = settings.examples_per_task
+    if counts and all(n == settings.n_requested for n in counts.values()):
+        return f"{settings.n_requested} examples per task"
+    ordered = [t for t in settings.tasks if t in counts] + [t for t in counts if t not in settings.tasks]
+    done = ", ".join(f"{task} {counts[task]}" for task in ordered) or "none"
+    return f"examples per task: {done} (of {settings.n_requested} asked for)"
 
 
 def package_versions() -> dict[str, str]:
@@ -215,12 +235,32 @@ def markdown_table(summaries: Sequence[MethodSummary]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def glance_table(summaries: Sequence[MethodSummary]) -> str:
+    """Median speedups at a glance: one row per method (and draft), one column per task."""
+    tasks = list(dict.fromkeys(s.task for s in summaries))
+    rows: dict[str, dict[str, str]] = {}
+    for s in summaries:
+        if s.method == BASELINE_METHOD:
+            continue
+        if s.n == 0:
+            cell = f"failed {s.failed}/{s.failed}"
+        elif s.speedup is None:
+            cell = "– (no baseline)"
+        else:
+            cell = f"{s.speedup.median:.2f}x (n={s.n}" + (f", {s.failed} failed" if s.failed else "") + ")"
+        rows.setdefault(method_label(s), {})[s.task] = cell
+    header = "| method (draft) | " + " | ".join(tasks) + " |"
+    lines = [header, "|" + "---|" * (len(tasks) + 1)]
+    lines += ["| " + label + " | " + " | ".join(cells.get(t, "–") for t in tasks) + " |" for label, cells in rows.items()]
+    return "\n".join(lines) + "\n"
+
+
 def settings_lines(settings: RunSettings) -> str:
     machine = settings.machine
     versions = ", ".join(f"{k} {v}" for k, v in settings.versions.items())
     return (
         f"Target `{settings.target}`; drafts {', '.join(f'`{d}`' for d in settings.drafts) or 'none'}; "
-        f"{settings.n_per_task} examples per task; {settings.max_new_tokens} new tokens; "
+        f"{examples_phrase(settings)}; {settings.max_new_tokens} new tokens; "
         f"{'greedy' if settings.temperature == 0 else f'temperature {settings.temperature}'}; "
         f"prompts cut to {settings.max_prompt_tokens} tokens; {settings.dtype}; {settings.threads} threads.\n\n"
         f"Machine: {machine.get('cpu')} ({machine.get('logical_cpus')} logical CPUs, {machine.get('memory')}), "
@@ -230,7 +270,9 @@ def settings_lines(settings: RunSettings) -> str:
 
 def plot_title(settings: RunSettings) -> str:
     decoding = "greedy" if settings.temperature == 0 else f"T={settings.temperature:g}"
-    return (f"target {short_model_name(settings.target)}\n{settings.n_per_task} examples/task, "
+    counts = sorted(set(settings.examples_per_task.values())) or [settings.n_requested]
+    per_task = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    return (f"target {short_model_name(settings.target)}\n{per_task} examples/task, "
             f"{settings.max_new_tokens} new tokens, {decoding}, {settings.dtype}, {settings.threads} threads")
 
 
@@ -286,6 +328,9 @@ def write_report(records: Iterable[ExampleRecord], settings: RunSettings, out_di
             ensure_ascii=False,
         )
     )
-    (out_dir / REPORT_MARKDOWN).write_text(markdown_table(summaries) + "\n" + settings_lines(settings))
+    (out_dir / REPORT_MARKDOWN).write_text(
+        markdown_table(summaries) + "\nMedian speedup over the target alone:\n\n" + glance_table(summaries)
+        + "\n" + settings_lines(settings)
+    )
     plot_speedups(summaries, out_dir / REPORT_PLOT, plot_title(settings))
     return summaries

@@ -40,7 +40,15 @@ from evaluation.methods import (
 from evaluation.metrics import execute_humaneval, rouge_scores
 from evaluation.prompts import DEFAULT_MAX_PROMPT_TOKENS, BuiltPrompt, build_prompt, humaneval_completion, summary_text
 from evaluation.records import ExampleRecord, RecordStore, check_or_write_settings
-from evaluation.report import RunSettings, machine_description, markdown_table, package_versions, write_report
+from evaluation.report import (
+    RunSettings,
+    examples_per_task,
+    glance_table,
+    machine_description,
+    markdown_table,
+    package_versions,
+    write_report,
+)
 
 DEFAULT_TARGET = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
 DEFAULT_DRAFT = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -253,7 +261,7 @@ def run_settings(args: argparse.Namespace, records: Sequence[ExampleRecord], arg
         drafts=sorted({r.draft for r in records if r.draft}),
         methods=[m for m in ALL_METHODS if any(r.method == m for r in records)],
         tasks=[t for t in TASKS if any(r.task == t for r in records)],
-        n_per_task=args.n,
+        n_requested=args.n,
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
         max_prompt_tokens=args.max_prompt_tokens,
@@ -263,6 +271,7 @@ def run_settings(args: argparse.Namespace, records: Sequence[ExampleRecord], arg
         command="python evaluation/run.py " + " ".join(shlex.quote(a) for a in argv),
         versions=package_versions(),
         machine=machine_description(),
+        examples_per_task=examples_per_task(records),
     )
 
 
@@ -293,6 +302,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     summaries = write_report(records, run_settings(args, records, argv), args.out)
     print(markdown_table(summaries))
+    print(glance_table(summaries))
     print(f"report: {args.out / 'report.md'}, {args.out / 'report.json'}, {args.out / 'speedup.png'}")
     return 0
 

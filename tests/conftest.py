@@ -13,3 +13,18 @@ def zoo_fetch():
     from anypair.zoo import fetch
 
     return fetch(["test"], progress=True)
+
+
+# --- threads --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models and single vocabulary-sized rows are too small to split: extra threads only contend
+    (CI has 2 cores). Modules opt in with `pytestmark = pytest.mark.usefixtures("one_torch_thread")`."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

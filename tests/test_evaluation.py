@@ -232,9 +232,9 @@ def test_settings_mismatch_is_refused(tmp_path):
 def test_report_files_from_synthetic_records(tmp_path):
     settings = report.RunSettings(
         target="org/Target", drafts=["org/Draft-A"], methods=["target", "anypair", "hf-uag"], tasks=["humaneval", "cnn_dailymail"],
-        n_per_task=4, max_new_tokens=32, temperature=0.0, max_prompt_tokens=1024, dtype="float32", threads=2,
+        n_requested=4, max_new_tokens=32, temperature=0.0, max_prompt_tokens=1024, dtype="float32", threads=2,
         data_source="local", command="python evaluation/run.py --n 4", versions=report.package_versions(),
-        machine=report.machine_description(),
+        machine=report.machine_description(), examples_per_task=report.examples_per_task(synthetic_records()),
     )
     summaries = report.write_report(synthetic_records(), settings, tmp_path)
     by_key = {(s.task, s.method): s for s in summaries}
@@ -243,6 +243,13 @@ def test_report_files_from_synthetic_records(tmp_path):
     assert anypair_cnn.identical_rate == 0.75 and anypair_cnn.rouge["rouge1"] == 40.0
     assert by_key[("humaneval", "hf-uag")].speedup.geometric_mean == pytest.approx(0.5)
     assert by_key[("humaneval", BASELINE_METHOD)].pass_at_1 == 0.5 and by_key[("humaneval", BASELINE_METHOD)].speedup is None
+
+    markdown = (tmp_path / report.REPORT_MARKDOWN).read_text()
+    assert "4 examples per task" in markdown
+    assert "| method (draft) | cnn_dailymail | humaneval |" in markdown  # medians at a glance
+    assert "| anypair (Draft-A) | 2.25x (n=4) | – |" in markdown and "| hf-uag (Draft-A) | – | 0.50x (n=4) |" in markdown
+    settings.n_requested = 20  # a run stopped early says what its figures rest on
+    assert "humaneval 4, cnn_dailymail 4 (of 20 asked for)" in report.examples_phrase(settings)
 
     saved = json.loads((tmp_path / report.REPORT_JSON).read_text())
     assert saved["settings"]["threads"] == 2 and saved["settings"]["versions"]["torch"]
@@ -273,6 +280,8 @@ def test_failed_generations_are_counted_not_averaged(tmp_path):
     assert dead.n == 0 and dead.failed == 1
     table = report.markdown_table(list(summaries.values()))
     assert "| 4 (1 failed) |" in table and "| 0 (1 failed) | failed: ValueError: boom" in table
+    glance = report.glance_table(list(summaries.values()))
+    assert "| hf-uag (Draft-A) | – | 0.50x (n=4, 1 failed) |" in glance and "| anypair (Draft-B) | – | failed 1/1 |" in glance
     # a failure is a finished job: resuming does not retry it
     store = records.RecordStore(tmp_path)
     store.append(failed)

@@ -140,13 +140,7 @@ class AcceptEveryDraftToken(SamplingVerifier):
 T1 = SamplingConfig(do_sample=True, temperature=1.0)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Vector ops on one 150k row are too small to split: extra threads only contend (CI has 2 cores)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

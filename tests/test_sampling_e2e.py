@@ -182,13 +182,7 @@ def exact_first_token_probs(gen, cfg: SamplingConfig, target_real: int) -> torch
 # -- fixtures ------------------------------------------------------------------------------------
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models and single rows: extra threads only contend (CI has 2 cores)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -102,11 +102,7 @@ def _load_folder(folder: Path) -> TokenizerAdapter:
 
 def _load_model_file(path: Path) -> TokenizerAdapter:
     """A `.model` file is either a SentencePiece proto or a tiktoken rank file (Llama-3)."""
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(64)
-    except OSError as exc:
-        raise TokenizerError(f"cannot read {path}: {exc}") from exc
+    head = _read_head(path, 64)
     first_line = head.split(b"\n", 1)[0]
     if b" " in first_line and first_line.split(b" ")[-1].isdigit():
         from anypair.tokenization.tiktoken_adapter import llama3_encoding
@@ -117,12 +113,16 @@ def _load_model_file(path: Path) -> TokenizerAdapter:
     return SentencePieceAdapter.from_file(path)
 
 
-def _is_tekken(path: Path) -> bool:
+def _read_head(path: Path, size: int) -> bytes:
     try:
         with open(path, "rb") as handle:
-            head = handle.read(4096)
+            return handle.read(size)
     except OSError as exc:
         raise TokenizerError(f"cannot read {path}: {exc}") from exc
+
+
+def _is_tekken(path: Path) -> bool:
+    head = _read_head(path, 4096)
     return b'"config"' in head and b'"pattern"' in head and b'"model"' not in head
 
 
