@@ -283,7 +283,7 @@ def plot_speedups(summaries: Sequence[MethodSummary], path: Path, title: str = "
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    measured = [s for s in summaries if s.speedup is not None and s.n > 0]
+    measured = [s for s in summaries if s.speedup is not None]
     tasks = sorted({s.task for s in measured})
     labels = sorted({method_label(s) for s in measured})
     figure, axes = plt.subplots(figsize=(max(6.0, 2.2 * len(tasks) + 0.4 * len(labels)), 4.5))
