@@ -11,15 +11,14 @@ from typing import Sequence
 import torch
 
 from anypair.backends.base import ModelBackend
-from anypair.backends.skinny_linear import install_skinny_linear
 from anypair.errors import InputError
 
 
 def model_vocab_rows(model) -> int:
     """Rows of the LM head: the model's real vocabulary size (may exceed the tokenizer's)."""
     head = model.get_output_embeddings()
-    if head is not None and getattr(head, "weight", None) is not None:
-        return int(head.weight.shape[0])
+    if head is not None and hasattr(head, "out_features"):
+        return int(head.out_features)  # nn.Linear, or a packed fp16/int8 head (backends.weights)
     return int(model.config.get_text_config().vocab_size)
 
 
@@ -35,11 +34,9 @@ def model_max_context(model) -> int:
 class TorchBackend(ModelBackend):
     """A Hugging Face causal LM on torch (CPU or CUDA) behind extend/crop/reset."""
 
-    def __init__(self, model, name: str = "torch", linear_kernel: str = "auto") -> None:
+    def __init__(self, model, name: str = "torch") -> None:
         self.model = model.eval()
         self.name = name
-        # switches the model's nn.Linear layers in place where the faster CPU kernel measures faster
-        self.kernel_choice = install_skinny_linear(model, linear_kernel)
         self.vocab_size = model_vocab_rows(model)
         self.max_context = model_max_context(model)
         self.device = next(model.parameters()).device

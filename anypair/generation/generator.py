@@ -8,100 +8,29 @@ validates input, and runs `DecodeSession`s.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Iterator, Optional, Sequence, Union
 
 import torch
 
-from anypair.backends.torch_hf import TorchBackend
 from anypair.drafters.base import DraftRequest, Drafter, NoDrafter
 from anypair.errors import InputError
 from anypair.generation.loop import DecodeRequest, DecodeSession
 from anypair.policies import AdaptiveLength, DraftLengthPolicy, StepCosts, estimated_step_costs, make_policy
 from anypair.types import GenerationResult, SamplingConfig
 
-ModelSpec = Union[str, "os.PathLike[str]", tuple]  # hub id, local folder, or (model, hf_tokenizer)
+ModelSpec = Union[str, "os.PathLike[str]", tuple]  # hub id, local folder, .gguf file, or (model, hf_tokenizer)
 
 
-def cpu_has_bf16() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = f.read()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+def weights_from_dtype(dtype: Union[str, torch.dtype, None]) -> str:
+    """The older `dtype=` option, as a weights format ("auto", "fp32", "fp16" or "bf16")."""
+    from anypair.backends.weights import parse_weights
 
-
-def default_dtype(device: str) -> torch.dtype:
-    """bf16 where the hardware has it: there one pass scoring 2-8 tokens costs about one
-    single-token step, which is what makes verification cheap; fp32 elsewhere."""
-    if device.startswith("cuda"):
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.bfloat16 if cpu_has_bf16() else torch.float32
-
-
-def parse_dtype(dtype: Union[str, torch.dtype, None], device: str) -> torch.dtype:
-    if dtype is None or dtype == "auto":
-        return default_dtype(device)
     if isinstance(dtype, torch.dtype):
-        return dtype
-    names = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp32": torch.float32, "float32": torch.float32,
-             "fp16": torch.float16, "float16": torch.float16}
-    if dtype not in names:
-        raise InputError(f"unknown dtype {dtype!r}: use one of {sorted(names)}")
-    return names[dtype]
-
-
-@dataclass
-class LoadedModel:
-    """A model with its HF tokenizer and its anypair tokenizer adapter."""
-
-    name: str
-    model: Any
-    hf_tokenizer: Any
-    tokenizer: Any  # TokenizerAdapter
-    eos_ids: frozenset[int] = field(default_factory=frozenset)
-
-    @property
-    def has_chat_template(self) -> bool:
-        return bool(getattr(self.hf_tokenizer, "chat_template", None))
-
-    def render(self, prompt: Optional[str], messages: Optional[Sequence[dict]]) -> list[int]:
-        """The model's own token ids for a raw prompt or a conversation (its own chat template)."""
-        if messages is not None:
-            if not self.has_chat_template:
-                raise InputError(f"{self.name} has no chat template: pass prompt= (raw text) instead of messages=")
-            ids = self.hf_tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
-            if hasattr(ids, "keys"):
-                ids = ids["input_ids"]
-            if ids and isinstance(ids[0], list):
-                ids = ids[0]
-            return [int(i) for i in ids]
-        return [int(i) for i in self.hf_tokenizer(prompt, add_special_tokens=True)["input_ids"]]
-
-
-def load_pair_member(spec: ModelSpec, dtype: torch.dtype, device: str) -> LoadedModel:
-    from anypair.tokenization import from_hf
-
-    if isinstance(spec, LoadedModel):
-        return spec
-    if isinstance(spec, tuple):
-        model, hf_tok = spec
-        name = getattr(model.config, "_name_or_path", None) or type(model).__name__
-    else:
-        from anypair.zoo import load_model
-
-        name = str(spec)
-        model, hf_tok = load_model(spec, dtype=dtype, device=device)
-    model.eval()
-    from anypair.backends.torch_hf import model_vocab_rows
-
-    adapter = from_hf(hf_tok, model_vocab_size=model_vocab_rows(model))
-    eos = set(adapter.eos_ids)
-    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if gen_eos is not None:
-        eos.update([gen_eos] if isinstance(gen_eos, int) else list(gen_eos))
-    return LoadedModel(name, model, hf_tok, adapter, frozenset(int(e) for e in eos))
+        names = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+        if dtype not in names:
+            raise InputError(f"unsupported dtype {dtype}: use weights='fp32', 'fp16' or 'bf16'")
+        return names[dtype]
+    return parse_weights(dtype)
 
 
 class AnyPairGenerator:
@@ -125,11 +54,23 @@ class AnyPairGenerator:
             Both keep the target's distribution exactly; which is faster depends on the pair:
             intersection sampling cannot propose the target's own merges of text the draft splits
             differently (runs of spaces in code, for one), which greedy translation can.
-        dtype: "bf16" (default where the CPU has bf16), "fp32", or a torch dtype.
-        backend: "torch" (default) or "ipex" (optional; checked against torch before use).
-        linear_kernel: "auto" (default: time torch's CPU linear against anypair's skinny kernel on
-            each model and keep the faster), "skinny" or "torch". See anypair.backends.skinny_linear.
-        threads: torch CPU threads.
+        weights: how the torch engine holds and multiplies the weights: "auto" (default: the
+            fastest format of this machine that passes the target's batch-invariance contract, checked
+            on the model at load: bf16 on CPUs with AVX-512-BF16/AMX and on GPUs, else fp16 weights
+            with fp32 math through fbgemm on AVX2+F16C CPUs, else fp32), "fp32", "fp16", "bf16", or
+            "int8" (dynamic int8: not batch-invariant, so drafts only). The baseline (`assisted=False`)
+            runs on the same weights and kernels: outputs are the target's own as served.
+        draft_weights: the same for a draft on the torch engine (default "auto": the fastest format).
+        dtype: the older name of `weights` ("bf16", "fp32", "fp16" or a torch dtype).
+        engine, draft_engine: "auto" (default), "torch" or "llama.cpp". auto runs a .gguf file on
+            llama.cpp, a draft that has a GGUF (every zoo model) on llama.cpp when llama-cpp-python is
+            installed, and everything else on torch. A llama.cpp TARGET is not batch-invariant: its
+            output can differ from its own single-token greedy run at near-ties (see README).
+        context: llama.cpp context length (default min(trained, 8192)).
+        backend: "torch" (default) or "ipex" for torch-engine members (optional; checked against torch).
+        linear_kernel: for fp32 on a CPU: "auto" (default: time torch's linear against anypair's
+            skinny kernel and keep the faster), "skinny" or "torch". See anypair.backends.skinny_linear.
+        threads: CPU threads (torch and llama.cpp).
     """
 
     def __init__(self, target: ModelSpec, draft: Optional[ModelSpec] = None, *,
@@ -138,21 +79,35 @@ class AnyPairGenerator:
                  num_draft_tokens: Optional[int] = None,
                  confidence_threshold: Optional[float] = None,
                  sampled_drafts: str = "greedy",
+                 weights: Optional[str] = None,
+                 draft_weights: str = "auto",
                  dtype: Union[str, torch.dtype, None] = None,
+                 engine: str = "auto",
+                 draft_engine: str = "auto",
+                 context: Optional[int] = None,
                  device: Optional[str] = None,
                  backend: str = "torch",
                  linear_kernel: str = "auto",
                  threads: Optional[int] = None) -> None:
+        from anypair.backends.weights import parse_weights
+        from anypair.generation.members import load_member
+
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise InputError(f"threads must be a positive integer, got {threads!r}")
         if threads:
             torch.set_num_threads(int(threads))
+        if weights is not None and dtype is not None:
+            raise InputError("pass weights= or its older name dtype=, not both")
+        self.weights = parse_weights(weights) if weights is not None else weights_from_dtype(dtype)
+        self.draft_weights = parse_weights(draft_weights)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.dtype = parse_dtype(dtype, self.device)
-        self.target = load_pair_member(target, self.dtype, self.device)
-        self.draft = load_pair_member(draft, self.dtype, self.device) if draft is not None else None
-        self.backend_name = backend
-        self.linear_kernel = linear_kernel
-        self.target_backend = self._make_backend(self.target, "target")
-        self.draft_backend = self._make_backend(self.draft, "draft") if self.draft is not None else None
+        common = dict(device=self.device, backend=backend, linear_kernel=linear_kernel, threads=threads,
+                      context=context)
+        self.target = load_member(target, role="target", engine=engine, weights=self.weights, **common)
+        self.draft = (load_member(draft, role="draft", engine=draft_engine, weights=self.draft_weights, **common)
+                      if draft is not None else None)
+        self.target_backend = self.target.backend
+        self.draft_backend = self.draft.backend if self.draft is not None else None
         self.drafter_spec = drafter
         self.draft_length = draft_length
         self.num_draft_tokens = num_draft_tokens
@@ -165,25 +120,11 @@ class AnyPairGenerator:
         self._same_vocabulary: Optional[bool] = None
 
     # -- construction ---------------------------------------------------------------------------
-    def _make_backend(self, member, role: str):
-        if self.backend_name == "torch":
-            return TorchBackend(member.model, name=f"{role} {member.name}", linear_kernel=self.linear_kernel)
-        if self.backend_name == "ipex":
-            from anypair.backends.ipex import make_ipex_backend
-
-            probe = member.tokenizer.encode_continuation("def add(a, b):\n    return a + b\n\nprint(add(2, 3))")
-            return make_ipex_backend(member.model, probe, name=f"{role} {member.name}")
-        raise InputError(f"unknown backend {self.backend_name!r}: use 'torch' or 'ipex'")
-
     @property
-    def kernels(self) -> str:
-        """Which linear kernel each model ended up with, for reports: 'target skinny, draft torch'."""
-        parts = []
-        for role, backend in (("target", self.target_backend), ("draft", self.draft_backend)):
-            choice = getattr(backend, "kernel_choice", None)
-            if choice is not None:
-                parts.append(f"{role} {choice.kernel}")
-        return ", ".join(parts)
+    def engines(self) -> str:
+        """What runs each model, for reports: 'target torch fp16 (...); draft llama.cpp x.gguf (...)'."""
+        members = (("target", self.target), ("draft", self.draft))
+        return "; ".join(f"{role} {m.engine.describe()}" for role, m in members if m is not None)
 
     @property
     def same_vocabulary(self) -> bool:
@@ -236,18 +177,16 @@ class AnyPairGenerator:
         raise InputError(f"unknown drafter {spec!r}: use 'model', 'lookup', 'hybrid' or a Drafter instance")
 
     def _estimated_costs(self) -> StepCosts:
-        """Timing-free step costs for this pair (see policies.estimated_step_costs)."""
-        # measured here: on a CPU in fp32 each extra token scored adds ~0.22 of a step; in bf16 and
-        # on GPUs a pass of 2-8 tokens costs about one step
-        on_cpu_fp32 = self.target.model.device.type == "cpu" and self.dtype == torch.float32
-        slope = 0.22 if on_cpu_fp32 else 0.05
+        """Timing-free step costs for this pair (see policies.estimated_step_costs): a step's time
+        taken as proportional to the bytes of weights it reads (4 bytes stand for one fp32 parameter)."""
+        # measured here: on a CPU in fp32 each extra token scored adds ~0.22 of a step; fp16-weight
+        # fbgemm, bf16 and GPUs score 2-4 tokens for about the price of one
+        slope = 0.22 if self.target.engine.weights == "fp32" and self.device == "cpu" else 0.05
         if self.draft is None or self.drafter_spec == "lookup":
             return StepCosts(draft_step=1e-3, verify_slope=slope)  # an n-gram lookup costs next to nothing
-
-        def size(model) -> tuple[int, int]:
-            return sum(p.numel() for p in model.parameters()), int(getattr(model.config, "num_hidden_layers", 1) or 1)
-
-        return estimated_step_costs(*size(self.target.model), *size(self.draft.model), multi_token_slope=slope)
+        target, draft = self.target, self.draft
+        return estimated_step_costs(target.weights_bytes // 4, target.num_layers, draft.weights_bytes // 4,
+                                    draft.num_layers, multi_token_slope=slope)
 
     def _verifier(self, sampling: SamplingConfig, generator):
         if not sampling.do_sample:

@@ -1,0 +1,304 @@
+"""One member of a pair (the target or the draft) loaded onto an engine: its tokenizers, its EOS ids,
+and the `ModelBackend` that runs it.
+
+Engines:
+- "torch": a transformers model whose weights are converted to the format chosen for this machine
+  (`backends.weights`); for a target, the format must pass the batch-invariance contract
+  (`backends.contract`) on the model itself, or "auto" falls back to the next candidate.
+- "llama.cpp": a GGUF file on llama.cpp (`backends.llama_cpp`): the draft's default where
+  llama-cpp-python is installed and the draft has a GGUF (every zoo model has one), and a target
+  engine for a user's own GGUF (not batch-invariant: see that module).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence, Union
+
+import torch
+
+from anypair.backends.base import ModelBackend
+from anypair.errors import BackendError, InputError
+from anypair.tokenization.base import TokenizerAdapter
+
+logger = logging.getLogger("anypair")
+
+ENGINES = ("auto", "torch", "llama.cpp")
+ModelSpec = Union[str, "os.PathLike[str]", tuple]  # hub id, local folder, .gguf file, or (model, hf_tokenizer)
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """What runs a member, and why: shown by `anypair generate -v` and recorded by the benchmarks."""
+
+    engine: str  # "torch" or "llama.cpp"
+    weights: str  # "fp32", "fp16", "bf16", "int8" (torch) or the GGUF's file name (llama.cpp)
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.engine} {self.weights} ({self.reason})"
+
+
+@dataclass
+class LoadedModel:
+    """A member of the pair, ready to run."""
+
+    name: str
+    hf_tokenizer: Any  # transformers tokenizer: chat template and prompt encoding
+    tokenizer: TokenizerAdapter  # exact bytes per id
+    eos_ids: frozenset[int]
+    backend: ModelBackend
+    engine: EngineChoice
+    model: Any = None  # the transformers model on the torch engine; None on llama.cpp
+    weights_bytes: int = 0  # bytes of weights held (the GGUF's size on llama.cpp)
+    num_layers: int = 1
+    gguf_path: Optional[Path] = None
+    invariance: Optional[str] = field(default=None)  # the target's contract check, as measured
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.hf_tokenizer, "chat_template", None))
+
+    def render(self, prompt: Optional[str], messages: Optional[Sequence[dict]]) -> list[int]:
+        """The model's own token ids for a raw prompt or a conversation (its own chat template)."""
+        if messages is not None:
+            if not self.has_chat_template:
+                raise InputError(f"{self.name} has no chat template: pass prompt= (raw text) instead of messages=")
+            ids = self.hf_tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+            if hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+            if ids and isinstance(ids[0], list):
+                ids = ids[0]
+            return [int(i) for i in ids]
+        return [int(i) for i in self.hf_tokenizer(prompt, add_special_tokens=True)["input_ids"]]
+
+
+def _eos_ids(adapter: TokenizerAdapter, generation_config) -> frozenset[int]:
+    eos = set(adapter.eos_ids)
+    configured = getattr(generation_config, "eos_token_id", None)
+    if configured is not None:
+        eos.update([configured] if isinstance(configured, int) else list(configured))
+    return frozenset(int(e) for e in eos)
+
+
+def _num_layers(config) -> int:
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return int(getattr(text, "num_hidden_layers", 1) or 1)
+
+
+# -- where a spec's GGUF is --------------------------------------------------------------------------
+
+def gguf_of(spec: ModelSpec) -> Optional[Path]:
+    """The GGUF file a spec names or ships with (zoo models keep theirs), None if it has none."""
+    if isinstance(spec, tuple):
+        return None
+    name = str(spec)
+    if name.endswith(".gguf"):
+        return Path(name).expanduser()
+    from anypair.zoo.registry import ZOO_MODELS
+
+    if name in ZOO_MODELS:
+        from anypair.zoo.gguf_assembly import gguf_path
+
+        return gguf_path(ZOO_MODELS[name])
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        found = sorted(folder.glob("*.gguf"))
+        return found[0] if len(found) == 1 else None
+    return None
+
+
+def _zoo_gguf(name: str, path: Path) -> Path:
+    """Make sure a zoo model's GGUF is on disk (fetching it if the cache was cleaned)."""
+    from anypair.zoo.registry import ZOO_MODELS
+
+    model = ZOO_MODELS.get(name)
+    if model is None:
+        return path
+    from anypair.zoo.gguf_assembly import assemble_gguf, has_gguf
+
+    return path if has_gguf(model) else assemble_gguf(model)
+
+
+def resolve_engine(spec: ModelSpec, engine: str, role: str) -> str:
+    """"auto": llama.cpp for a .gguf file, and for a draft that has a GGUF when llama-cpp-python is
+    installed; torch otherwise."""
+    if engine not in ENGINES:
+        raise InputError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
+    from anypair.backends.llama_cpp import llama_cpp_available
+
+    is_gguf_file = not isinstance(spec, tuple) and str(spec).endswith(".gguf")
+    if engine == "torch" and is_gguf_file:
+        raise InputError(f"{spec} is a GGUF file, which the torch engine does not run: use engine='llama.cpp' "
+                         "(or a Hugging Face folder for torch)")
+    if engine != "auto":
+        return engine
+    if is_gguf_file:
+        return "llama.cpp"
+    if role == "draft" and llama_cpp_available() and gguf_of(spec) is not None:
+        return "llama.cpp"
+    return "torch"
+
+
+# -- loading -----------------------------------------------------------------------------------------
+
+def _llama_cpp_tokenizer(spec: ModelSpec, gguf: Path):
+    """The HF tokenizer for a GGUF member: the zoo's checked folder, else built from the GGUF."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    from anypair.zoo.registry import ZOO_MODELS
+
+    name = str(spec)
+    if name in ZOO_MODELS:
+        from anypair.zoo.fetching import fetch
+
+        folder = fetch([name], progress=True)[name]
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        try:
+            generation = GenerationConfig.from_pretrained(folder)
+        except OSError:
+            generation = None
+        return tokenizer, generation
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    except Exception as exc:  # transformers raises many kinds here
+        raise InputError(f"could not build a tokenizer from {gguf} ({type(exc).__name__}: {exc}); "
+                         "use a model folder with its tokenizer files instead") from exc
+    return tokenizer, None
+
+
+def load_llama_cpp_member(spec: ModelSpec, *, role: str, threads: Optional[int], context: Optional[int]) -> LoadedModel:
+    from anypair.backends.llama_cpp import LlamaCppBackend
+    from anypair.tokenization import from_hf
+
+    gguf = gguf_of(spec)
+    if gguf is None:
+        raise InputError(f"{spec} has no GGUF file for the llama.cpp engine: give a .gguf path, a zoo model, "
+                         "or use engine='torch'")
+    gguf = _zoo_gguf(str(spec), gguf)
+    tokenizer, generation = _llama_cpp_tokenizer(spec, gguf)
+    backend = LlamaCppBackend(gguf, name=f"{role} {spec}", threads=threads, context=context)
+    adapter = from_hf(tokenizer, model_vocab_size=backend.vocab_size)
+    from anypair.tokenization.gguf_vocab import read_gguf_metadata
+
+    metadata = read_gguf_metadata(gguf)
+    layers = next((int(v) for k, v in metadata.items() if k.endswith(".block_count")), 1)
+    return LoadedModel(str(spec), tokenizer, adapter, _eos_ids(adapter, generation), backend,
+                       EngineChoice("llama.cpp", gguf.name, "GGUF on llama.cpp"), None,
+                       gguf.stat().st_size, layers, gguf)
+
+
+def _load_torch_model(spec: ModelSpec, dtype: Optional[torch.dtype], device: str):
+    if isinstance(spec, tuple):
+        model, tokenizer = spec
+        return model, tokenizer, getattr(model.config, "_name_or_path", None) or type(model).__name__
+    from anypair.zoo import load_model
+
+    model, tokenizer = load_model(spec, dtype=dtype, device=device)
+    return model, tokenizer, str(spec)
+
+
+def _checkpoint_dtype(weights: str, device: str) -> Optional[torch.dtype]:
+    """What to load before converting: fp32 loads as fp32; every other format converts from the
+    checkpoint's own dtype (bf16 in the zoo) so that no fp32 copy of the model ever exists."""
+    if weights == "fp32":
+        return torch.float32
+    if weights == "bf16" or device != "cpu":
+        return torch.bfloat16 if weights == "bf16" else torch.float16
+    return "auto"  # type: ignore[return-value]  (transformers: the checkpoint's dtype)
+
+
+def load_torch_member(spec: ModelSpec, *, role: str, weights: str, device: str, backend: str = "torch",
+                      linear_kernel: str = "auto") -> LoadedModel:
+    """Load `spec` on torch with `weights` ("auto" tries this machine's candidates, fastest first);
+    a target's format must pass the batch-invariance contract on the model itself."""
+    from anypair.backends.weights import TARGET_WEIGHTS, apply_weights, candidate_weights, weights_bytes
+
+    given = isinstance(spec, tuple)
+    if weights == "auto":
+        candidates = ["as-given"] if given else candidate_weights(device)
+        if role == "draft" and not given:
+            candidates = candidates[:1]  # the draft needs no contract: the fastest format is it
+    else:
+        if role == "target" and weights not in TARGET_WEIGHTS:
+            raise InputError(f"weights={weights!r} is not batch-invariant and cannot serve a target "
+                             f"(verification would not be exact): use one of {', '.join(TARGET_WEIGHTS)}")
+        candidates = [weights]
+    failures: list[str] = []
+    for index, candidate in enumerate(candidates):
+        if index and not given:
+            logger.warning("anypair: %s weights %s failed the batch-invariance contract; trying %s",
+                           role, candidates[index - 1], candidate)
+        model, hf_tok, name = _load_torch_model(
+            spec, None if candidate == "as-given" else _checkpoint_dtype(candidate, device), device)
+        model.eval()
+        if candidate == "as-given":
+            choice_weights, reason = str(next(model.parameters()).dtype).replace("torch.", ""), "as given"
+            if next(model.parameters()).device.type == "cpu":
+                from anypair.backends.skinny_linear import install_skinny_linear
+
+                kernel = install_skinny_linear(model, linear_kernel)
+                reason = f"as given, {kernel.kernel} linear"
+        else:
+            applied = apply_weights(model, candidate, linear_kernel)
+            choice_weights, reason = applied.weights, applied.reason
+        member = _torch_member(model, hf_tok, name, role, backend, EngineChoice("torch", choice_weights, reason),
+                               weights_bytes(model))
+        if role != "target":
+            return member
+        report = _check_target_contract(member)
+        member.invariance = report.describe()
+        last = index == len(candidates) - 1
+        if report.holds or candidate in ("fp32", "as-given"):
+            if not report.holds:
+                logger.warning("anypair: target %s: %s", name, report.describe())
+            return member
+        failures.append(f"{candidate}: {report.describe()}")
+        if last:
+            raise BackendError(f"target weights {candidate!r} fail the batch-invariance contract on this machine "
+                               f"({report.describe()}): use weights='fp32'")
+        del member, model
+    raise BackendError("no weight format passed the batch-invariance contract: " + "; ".join(failures))
+
+
+def _torch_member(model, hf_tok, name: str, role: str, backend_name: str, engine: EngineChoice,
+                  held_bytes: int) -> LoadedModel:
+    from anypair.backends.torch_hf import TorchBackend, model_vocab_rows
+    from anypair.tokenization import from_hf
+
+    adapter = from_hf(hf_tok, model_vocab_size=model_vocab_rows(model))
+    eos = _eos_ids(adapter, getattr(model, "generation_config", None))
+    if backend_name == "ipex":
+        from anypair.backends.ipex import make_ipex_backend
+
+        probe = adapter.encode_continuation("def add(a, b):\n    return a + b\n\nprint(add(2, 3))")
+        backend: ModelBackend = make_ipex_backend(model, probe, name=f"{role} {name}")
+    elif backend_name == "torch":
+        backend = TorchBackend(model, name=f"{role} {name}")
+    else:
+        raise InputError(f"unknown backend {backend_name!r}: use 'torch' or 'ipex'")
+    return LoadedModel(name, hf_tok, adapter, eos, backend, engine, model, held_bytes, _num_layers(model.config))
+
+
+def _check_target_contract(member: LoadedModel):
+    from anypair.backends.contract import PROBE_TEXT, check_batch_invariance
+
+    ids = member.tokenizer.encode_continuation(PROBE_TEXT)
+    return check_batch_invariance(member.backend, ids[:-4], ids[-4:])
+
+
+def load_member(spec: ModelSpec, *, role: str, engine: str = "auto", weights: str = "auto", device: str = "cpu",
+                backend: str = "torch", linear_kernel: str = "auto", threads: Optional[int] = None,
+                context: Optional[int] = None) -> LoadedModel:
+    """Load a target or draft `spec` onto the engine `engine` resolves to."""
+    if isinstance(spec, LoadedModel):
+        return spec
+    chosen = resolve_engine(spec, engine, role)
+    if chosen == "llama.cpp":
+        if device != "cpu":
+            raise InputError("the llama.cpp engine runs on the CPU here: use engine='torch' on a GPU")
+        return load_llama_cpp_member(spec, role=role, threads=threads, context=context)
+    return load_torch_member(spec, role=role, weights=weights, device=device, backend=backend,
+                             linear_kernel=linear_kernel)
