@@ -77,38 +77,123 @@ def figures_from_result(method: str, example: int, result, baseline_ids: Optiona
         translate_ms=1000 * s.time_translating_s, rounds=s.rounds)
 
 
-def hf_assisted(target, draft, prompt_ids: list[int], max_new_tokens: int, same_vocabulary: bool):
-    """transformers' own assisted generation on the same loaded models (universal assisted
-    generation when the tokenizers differ). Returns (new ids, seconds, prefill seconds unknown=0)."""
+def hf_assisted(target, draft_model, draft_tokenizer, prompt_ids: list[int], max_new_tokens: int,
+                same_vocabulary: bool):
+    """transformers' own assisted generation with the target's loaded model and a torch copy of the
+    draft (universal assisted generation when the tokenizers differ). Returns (new ids, seconds)."""
     input_ids = torch.tensor([prompt_ids])
     # the same stop tokens as anypair's target (chat end and end of text), so both write the same text
     eos = sorted(target.eos_ids)
-    kwargs = dict(max_new_tokens=max_new_tokens, do_sample=False, assistant_model=draft.model,
+    kwargs = dict(max_new_tokens=max_new_tokens, do_sample=False, assistant_model=draft_model,
                   attention_mask=torch.ones_like(input_ids), eos_token_id=eos, pad_token_id=eos[0])
     if not same_vocabulary:
-        kwargs.update(tokenizer=target.hf_tokenizer, assistant_tokenizer=draft.hf_tokenizer)
+        kwargs.update(tokenizer=target.hf_tokenizer, assistant_tokenizer=draft_tokenizer)
     started = time.perf_counter()
     with torch.inference_mode():
         out = target.model.generate(input_ids, **kwargs)
-    return out[0, len(prompt_ids):].tolist(), time.perf_counter() - started
+    new = out[0, len(prompt_ids):].tolist()
+    cut = next((i + 1 for i, t in enumerate(new) if t in target.eos_ids), len(new))  # keep the first EOS, like anypair
+    return new[:cut], time.perf_counter() - started
+
+
+class LlamaCppAlone:
+    """The target's GGUF on llama.cpp alone, greedy, through llama-cpp-python's own generate loop:
+    what a CPU user runs instead of anypair. Same threads; its own (Q4) weights."""
+
+    def __init__(self, gguf_path, threads: int, eos_ids: frozenset[int]) -> None:
+        from llama_cpp import Llama
+
+        self.llama = Llama(str(gguf_path), n_ctx=8192, n_batch=512, n_threads=threads, n_threads_batch=threads,
+                           logits_all=False, verbose=False)
+        self.eos_ids = eos_ids
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int) -> tuple[list[int], float, float]:
+        """Returns (new ids, total seconds, seconds to the first token)."""
+        self.llama.reset()
+        new: list[int] = []
+        started = time.perf_counter()
+        first = 0.0
+        for token in self.llama.generate(prompt_ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0,
+                                         reset=True):
+            if not new:
+                first = time.perf_counter() - started
+            new.append(int(token))
+            if token in self.eos_ids or len(new) >= max_new_tokens:
+                break
+        return new, time.perf_counter() - started, first
+
+
+def verification_costs(backend, prompt_ids: Sequence[int], ks: Sequence[int] = (1, 2, 3, 4, 6, 8, 12, 16),
+                       repeats: int = 5) -> dict[int, float]:
+    """Median ms to score k new tokens in one pass after `prompt_ids`, per k (the cache is cropped back each time)."""
+    backend.prefill(list(prompt_ids))
+    start = backend.cached_length
+    filler = list(prompt_ids[-16:]) * 2
+    costs = {}
+    for k in ks:
+        samples = []
+        for _ in range(repeats + 1):
+            t0 = time.perf_counter()
+            backend.extend(filler[:k], all_logits=True)
+            samples.append(time.perf_counter() - t0)
+            backend.crop(start)
+        costs[k] = 1000 * statistics.median(samples[1:])
+    backend.reset()
+    return costs
+
+
+def draft_step_ms(backend, prompt_ids: Sequence[int], steps: int = 16) -> float:
+    """Median ms of one single-token draft step after `prompt_ids`."""
+    backend.prefill(list(prompt_ids))
+    samples = []
+    token = int(prompt_ids[-1])
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        backend.extend([token])
+        samples.append(time.perf_counter() - t0)
+    backend.reset()
+    return 1000 * statistics.median(samples[2:])
 
 
 def run_bench(target: str, draft: Optional[str], prompts: Sequence[str], *, max_new_tokens: int = 128,
-              drafters: Sequence[str] = ("model",), dtype: Optional[str] = None, threads: Optional[int] = None,
-              draft_length: str = "adaptive", num_draft_tokens: Optional[int] = None,
-              compare_hf: bool = False, chat: bool = False, repeats: int = 1, progress: bool = True,
-              linear_kernel: str = "auto", confidence_threshold: Optional[float] = None) -> BenchReport:
-    """Per prompt, in this order: the target alone, anypair with each drafter, transformers' UAG."""
+              drafters: Sequence[str] = ("model",), compare_hf: bool = False, compare_llama_cpp: bool = True,
+              chat: bool = False, repeats: int = 1, progress: bool = True, **options) -> BenchReport:
+    """Per prompt, in this order: the target alone, anypair with each drafter, transformers' UAG,
+    llama.cpp running the target's GGUF alone. `options` go to AnyPairGenerator (weights, engines, ...)."""
     from anypair.generation.generator import AnyPairGenerator
+    from anypair.generation.members import gguf_of
 
-    gen = AnyPairGenerator(target, draft, drafter=drafters[0], dtype=dtype, threads=threads,
-                           draft_length=draft_length, num_draft_tokens=num_draft_tokens, linear_kernel=linear_kernel,
-                           confidence_threshold=confidence_threshold)
+    gen = AnyPairGenerator(target, draft, drafter=drafters[0], **options)
+    threads = torch.get_num_threads()
     report = BenchReport(settings=dict(
-        target=target, draft=draft, drafters=list(drafters), dtype=str(gen.dtype), threads=torch.get_num_threads(),
-        max_new_tokens=max_new_tokens, draft_length=draft_length, num_draft_tokens=num_draft_tokens,
-        n_prompts=len(prompts), repeats=repeats, torch=torch.__version__, machine=machine_description(),
-        compare_hf=compare_hf, chat=chat, linear_kernel=gen.kernels, confidence_threshold=confidence_threshold))
+        target=target, draft=draft, drafters=list(drafters), engines=gen.engines, threads=threads,
+        max_new_tokens=max_new_tokens, n_prompts=len(prompts), repeats=repeats, torch=torch.__version__,
+        machine=machine_description(), compare_hf=compare_hf, chat=chat,
+        target_invariance=gen.target.invariance, **{k: v for k, v in options.items() if k != "threads"}))
+
+    def render(prompt: str) -> list[int]:
+        return gen.target.render(None, [{"role": "user", "content": prompt}]) if chat else gen.target.render(prompt, None)
+
+    # transformers' UAG gets its own torch copy of the draft: it prunes the assistant's LM head in place
+    hf_draft = None
+    if compare_hf and draft is not None:
+        from anypair.zoo import load_model
+
+        hf_draft = load_model(draft, dtype=torch.float32)
+    llama_alone = None
+    target_gguf = gguf_of(target) if compare_llama_cpp else None
+    if target_gguf is not None and target_gguf.is_file():
+        from anypair.backends.llama_cpp import llama_cpp_available
+
+        if llama_cpp_available():
+            llama_alone = LlamaCppAlone(target_gguf, threads, gen.target.eos_ids)
+
+    # the verification-cost table: what scoring k tokens in one pass costs, for the chosen engines
+    probe = render(prompts[0])
+    report.settings["verify_ms"] = {str(k): round(v, 1) for k, v in verification_costs(gen.target_backend, probe).items()}
+    if gen.draft_backend is not None:
+        draft_probe = gen.draft.render(prompts[0], None)
+        report.settings["draft_step_ms"] = round(draft_step_ms(gen.draft_backend, draft_probe), 2)
 
     def call(prompt: str, drafter: Optional[str]):
         gen.drafter_spec = drafter or drafters[0]
@@ -131,11 +216,18 @@ def run_bench(target: str, draft: Optional[str], prompts: Sequence[str], *, max_
         for drafter in drafters:
             assisted = call(prompt, drafter)
             report.runs.append(figures_from_result(f"anypair-{drafter}", i, assisted, base.target_ids))
-        if compare_hf and gen.draft is not None:
-            ids = gen.target.render(None, [{"role": "user", "content": prompt}]) if chat else gen.target.render(prompt, None)
-            new_ids, seconds = hf_assisted(gen.target, gen.draft, ids, max_new_tokens, gen.same_vocabulary)
+        ids = render(prompt)
+        if hf_draft is not None:
+            new_ids, seconds = hf_assisted(gen.target, hf_draft[0], hf_draft[1], ids, max_new_tokens,
+                                           gen.same_vocabulary)
             report.runs.append(RunFigures("hf-uag", i, len(ids), len(new_ids), seconds, 0.0,
                                           1000 * seconds / max(len(new_ids), 1), len(new_ids) / seconds,
+                                          identical_to_target=new_ids == list(base.target_ids)))
+        if llama_alone is not None:
+            new_ids, seconds, first = llama_alone.generate(ids, max_new_tokens)
+            report.runs.append(RunFigures("llama.cpp-alone", i, len(ids), len(new_ids), seconds, 1000 * first,
+                                          1000 * (seconds - first) / max(len(new_ids) - 1, 1),
+                                          len(new_ids) / seconds,
                                           identical_to_target=new_ids == list(base.target_ids)))
     return report
 
@@ -164,7 +256,7 @@ def format_report(report: BenchReport) -> str:
 
     methods = list(dict.fromkeys(r.method for r in report.runs))
     table = Table(title="anypair bench: " + ", ".join(f"{k}={v}" for k, v in report.settings.items()
-                                                      if k in ("target", "draft", "dtype", "linear_kernel", "threads", "max_new_tokens", "machine")))
+                                                      if k in ("target", "draft", "engines", "threads", "max_new_tokens", "machine")))
     for col in ("ex", "method", "prompt tok", "new tok", "total s", "prefill ms", "ms/tok", "tok/s", "accept", "acc/round", "same", "speedup"):
         table.add_column(col, justify="right")
     base = {r.example: r.tokens_per_s for r in report.runs if r.method == "target"}
@@ -176,21 +268,40 @@ def format_report(report: BenchReport) -> str:
                       "" if r.mean_accepted is None else f"{r.mean_accepted:.2f}",
                       "" if r.identical_to_target is None else ("yes" if r.identical_to_target else "NO"),
                       f"{speed:.2f}x")
-    summary = Table(title="medians")
-    for col in ("method", "tok/s", "speedup vs target", "accept", "acc/round", "draft ms", "verify ms", "translate ms", "identical"):
+    with_llama = any(r.method == "llama.cpp-alone" for r in report.runs)
+    summary = Table(title="medians (speedups: medians of per-prompt ratios)")
+    for col in ("method", "tok/s", "speedup vs target", "accept", "acc/round", "draft ms", "verify ms", "translate ms",
+                "identical") + (("vs llama.cpp",) if with_llama else ()):
         summary.add_column(col, justify="right")
     for m in methods:
         sp = report.speedups(m)
         same = [r.identical_to_target for r in report.runs if r.method == m and r.identical_to_target is not None]
-        summary.add_row(m, f"{report.median(m, 'tokens_per_s'):.2f}",
-                        f"{statistics.median(sp):.2f}x" if sp else "", f"{report.median(m, 'acceptance'):.2f}",
-                        f"{report.median(m, 'mean_accepted'):.2f}", f"{report.median(m, 'draft_ms'):.0f}",
-                        f"{report.median(m, 'verify_ms'):.0f}", f"{report.median(m, 'translate_ms'):.1f}",
-                        f"{sum(same)}/{len(same)}" if same else "")
+        row = [m, f"{report.median(m, 'tokens_per_s'):.2f}",
+               f"{statistics.median(sp):.2f}x" if sp else "", f"{report.median(m, 'acceptance'):.2f}",
+               f"{report.median(m, 'mean_accepted'):.2f}", f"{report.median(m, 'draft_ms'):.0f}",
+               f"{report.median(m, 'verify_ms'):.0f}", f"{report.median(m, 'translate_ms'):.1f}",
+               f"{sum(same)}/{len(same)}" if same else ""]
+        if with_llama:
+            ratios = report.speedups(m, baseline="llama.cpp-alone")
+            row.append(f"{statistics.median(ratios):.2f}x" if ratios else "")
+        summary.add_row(*row)
     buf = StringIO()
-    console = Console(file=buf, width=160)
+    console = Console(file=buf, width=170)
     console.print(table)
     console.print(summary)
+    costs = report.settings.get("verify_ms")
+    if costs:
+        one = costs.get("1") or next(iter(costs.values()))
+        cost_table = Table(title=f"verification cost of the target ({report.settings.get('engines', '')})")
+        cost_table.add_column("")
+        for k in costs:
+            cost_table.add_column(f"k={k}", justify="right")
+        cost_table.add_row("ms", *(f"{v:.1f}" for v in costs.values()))
+        cost_table.add_row("x k=1", *(f"{v / one:.2f}" for v in costs.values()))
+        console.print(cost_table)
+        step = report.settings.get("draft_step_ms")
+        if step is not None:
+            console.print(f"draft step {step:.1f} ms = {100 * step / one:.1f}% of a single-token target step")
     return buf.getvalue()
 
 

@@ -20,7 +20,16 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--confidence-threshold", type=float, default=None,
                    help="end a draft round once the draft's probability that its proposal is right falls below "
                         "this (default: set by the adaptive policy from measured costs; 0: off)")
-    p.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto")
+    p.add_argument("--weights", "--dtype", dest="weights", choices=["auto", "fp32", "fp16", "bf16"], default="auto",
+                   help="target weights on the torch engine (default auto: the fastest batch-invariant format of "
+                        "this machine, checked at load; fp16 = fp16 weights with fp32 math on AVX2 CPUs)")
+    p.add_argument("--draft-weights", choices=["auto", "fp32", "fp16", "bf16", "int8"], default="auto",
+                   help="draft weights when the draft runs on torch (int8: dynamic int8, drafts only)")
+    p.add_argument("--engine", choices=["auto", "torch", "llama.cpp"], default="auto",
+                   help="target engine (auto: llama.cpp for a .gguf file, torch otherwise)")
+    p.add_argument("--draft-engine", choices=["auto", "torch", "llama.cpp"], default="auto",
+                   help="draft engine (auto: llama.cpp when llama-cpp-python is installed and the draft has a GGUF)")
+    p.add_argument("--context", type=int, default=None, help="llama.cpp context length (default min(trained, 8192))")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--linear-kernel", choices=["auto", "skinny", "torch"], default="auto",
                    help="CPU kernel for the models' linear layers: auto (time both, keep the faster), "
@@ -29,13 +38,19 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--raw", action="store_true", help="treat the prompt as raw text to continue (default: a chat message when the target has a chat template)")
 
 
+def _generator_options(args) -> dict:
+    """The AnyPairGenerator options that `generate` and `bench` share."""
+    return dict(draft_length=args.draft_length, num_draft_tokens=args.num_draft_tokens, weights=args.weights,
+                threads=args.threads, draft_weights=args.draft_weights, engine=args.engine,
+                draft_engine=args.draft_engine, context=args.context, linear_kernel=args.linear_kernel,
+                confidence_threshold=args.confidence_threshold)
+
+
 def _generator(args):
     from anypair.generation.generator import AnyPairGenerator
 
     draft = None if getattr(args, "no_assisted", False) or args.drafter == "lookup" else args.assistant_model
-    return AnyPairGenerator(args.model, draft, drafter=args.drafter, draft_length=args.draft_length,
-                            num_draft_tokens=args.num_draft_tokens, dtype=args.dtype, threads=args.threads,
-                            linear_kernel=args.linear_kernel, confidence_threshold=args.confidence_threshold)
+    return AnyPairGenerator(args.model, draft, drafter=args.drafter, **_generator_options(args))
 
 
 def run_generate(args) -> int:
@@ -88,10 +103,8 @@ def run_bench_cmd(args) -> int:
         raise InputError(f"unknown drafter(s) {unknown}: choose among model, lookup, hybrid")
     draft = None if drafters == ["lookup"] else args.assistant_model
     report = run_bench(args.model, draft, prompts, max_new_tokens=args.max_new_tokens, drafters=drafters,
-                       dtype=args.dtype, threads=args.threads, draft_length=args.draft_length,
-                       linear_kernel=args.linear_kernel, confidence_threshold=args.confidence_threshold,
-                       num_draft_tokens=args.num_draft_tokens, compare_hf=args.compare_hf, chat=args.chat,
-                       repeats=args.repeats)
+                       compare_hf=args.compare_hf, compare_llama_cpp=not args.no_llama_cpp, chat=args.chat,
+                       repeats=args.repeats, **_generator_options(args))
     print(format_report(report))
     if args.json:
         save_json(report, args.json)
@@ -130,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--chat", action="store_true", help="send each prompt as a chat message")
     b.add_argument("--drafters", help="comma-separated drafters to run side by side, e.g. model,hybrid,lookup (default: --drafter)")
     b.add_argument("--compare-hf", action="store_true", help="also run transformers' universal assisted generation")
+    b.add_argument("--no-llama-cpp", action="store_true",
+                   help="skip llama.cpp running the target's GGUF alone (run by default when the target has a GGUF)")
     b.add_argument("--repeats", type=int, default=1)
     b.add_argument("--json", help="save every figure to this JSON file")
     b.set_defaults(func=run_bench_cmd)

@@ -139,7 +139,9 @@ class WideningEmbedding(torch.nn.Module):
         super().__init__()
         self.num_embeddings, self.embedding_dim = embedding.weight.shape
         self.padding_idx = embedding.padding_idx
-        self.weight = torch.nn.Parameter(embedding.weight.detach(), requires_grad=False)
+        # a copy: the loaded table may be a view into the memory-mapped checkpoint, which would
+        # otherwise stay mapped (and count in the process's memory) for this one tensor
+        self.weight = torch.nn.Parameter(embedding.weight.detach().clone(), requires_grad=False)
         # some architectures scale the embedding (Gemma-3's ScaledWordEmbedding): keep that behaviour
         self._scale = getattr(embedding, "embed_scale", None)
 

@@ -1,0 +1,187 @@
+"""Target and draft engines on real models: the batch-invariance contract that a target's kernel
+must pass (and that int8 dynamic quantization fails), the weight formats "auto" picks, exact greedy
+output on the fp16-weight target, and llama.cpp as a draft and as a target engine."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from anypair.backends.contract import PROBE_TEXT, check_batch_invariance
+from anypair.errors import BackendError, InputError
+
+QWEN05 = "Qwen/Qwen2.5-Coder-0.5B-Instruct"
+SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+CODE = "def quicksort(items):\n    \"\"\"Sort a list.\"\"\"\n    if len(items) <= 1:\n        return items\n"
+
+
+def _probe(member, k: int):
+    ids = member.tokenizer.encode_continuation(PROBE_TEXT)
+    return ids[:-k], ids[-k:]
+
+
+@pytest.fixture(scope="module")
+def fp16_target(zoo_fetch):
+    from anypair.backends.weights import fbgemm_fp16_available
+    from anypair.generation.members import load_member
+
+    if not fbgemm_fp16_available():
+        pytest.skip("this CPU has no AVX2+F16C fbgemm: fp16 weights are not offered here (fp32 is used)")
+    return load_member(QWEN05, role="target", weights="fp16")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k", [2, 4, 8, 16])
+def test_fp16_weights_keep_the_contract_on_a_real_model(fp16_target, k):
+    report = check_batch_invariance(fp16_target.backend, *_probe(fp16_target, k))
+    assert report.holds, report.describe()
+
+
+@pytest.mark.slow
+def test_int8_dynamic_fails_the_contract_and_cannot_serve_a_target(zoo_fetch):
+    """The check must be able to fail: int8 dynamic shares one activation scale per call."""
+    from anypair.generation.members import load_member
+
+    draft = load_member(SMOL, role="draft", engine="torch", weights="int8")
+    report = check_batch_invariance(draft.backend, *_probe(draft, 4))
+    assert not report.holds and report.relative_diff > 1e-3, report.describe()
+    with pytest.raises(InputError, match="not batch-invariant"):
+        load_member(SMOL, role="target", weights="int8")
+
+
+@pytest.mark.slow
+def test_auto_falls_back_when_a_format_fails_the_contract(zoo_fetch, monkeypatch):
+    """A format that fails the check on this machine is never kept for a target."""
+    from anypair.backends import contract
+    from anypair.generation import members
+
+    real = contract.check_batch_invariance
+
+    def fp16_breaks(backend, prefix, probe):
+        report = real(backend, prefix, probe)
+        if any(type(m).__name__ == "Fp16Linear" for m in backend.model.modules()):
+            return contract.InvarianceReport(report.k, 1.0, report.max_abs_logit, report.argmax_agrees)
+        return report
+
+    monkeypatch.setattr(contract, "check_batch_invariance", fp16_breaks)
+    from anypair.backends import weights
+
+    monkeypatch.setattr(weights, "candidate_weights", lambda device: ["fp16", "fp32"])
+    member = members.load_member(SMOL, role="target", weights="auto")
+    assert member.engine.weights == "fp32"
+    with pytest.raises(BackendError, match="batch-invariance"):
+        members.load_member(SMOL, role="target", weights="fp16")
+
+
+@pytest.mark.slow
+def test_fp16_weights_hold_no_fp32_copy(fp16_target):
+    from anypair.backends.weights import Fp16Linear, WideningEmbedding
+
+    model = fp16_target.model
+    assert isinstance(model.get_output_embeddings(), Fp16Linear)
+    assert isinstance(model.get_input_embeddings(), WideningEmbedding)
+    params = sum(p.numel() for p in model.parameters())  # what is left as plain tensors: embedding, norms
+    assert params < 0.3 * 494e6
+    # 2 bytes per weight, plus the tied embedding kept once more as the bf16 lookup table (fp32: 4)
+    assert fp16_target.weights_bytes < 0.7 * 4 * 494e6
+
+
+@pytest.mark.slow
+def test_fp16_target_with_a_translated_draft_is_exact(fp16_target, zoo_fetch):
+    """Greedy anypair output equals the same fp16 target's own greedy output, token for token."""
+    from anypair import AnyPairGenerator
+
+    gen = AnyPairGenerator(fp16_target, SMOL, draft_engine="torch", num_draft_tokens=4, draft_length="constant")
+    for prompt in (CODE, "The history of the printing press begins in"):
+        alone = gen.generate(prompt, max_new_tokens=24, assisted=False)
+        assisted = gen.generate(prompt, max_new_tokens=24)
+        assert assisted.target_ids == alone.target_ids
+        assert assisted.stats.draft_tokens_proposed > 0
+
+
+# -- llama.cpp ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def smol_llama(zoo_fetch):
+    from anypair.generation.members import load_member
+
+    return load_member(SMOL, role="draft", engine="llama.cpp")
+
+
+@pytest.mark.slow
+def test_llama_cpp_backend_rolls_back_exactly(smol_llama):
+    """crop() then extend() must give the logits of a run that never went past the crop point."""
+    backend = smol_llama.backend
+    ids = smol_llama.tokenizer.encode_continuation(CODE)
+    backend.prefill(ids[:-3])
+    fresh = [backend.extend([t]).clone() for t in ids[-3:]]
+    backend.crop(len(ids) - 3)
+    assert backend.cached_length == len(ids) - 3
+    backend.extend([5, 6, 7, 8], all_logits=True)  # a rejected proposal
+    backend.crop(len(ids) - 3)
+    again = [backend.extend([t]).clone() for t in ids[-3:]]
+    for a, b in zip(fresh, again):
+        assert int(a.argmax()) == int(b.argmax()) and torch.allclose(a, b, atol=1e-3)
+    assert backend.extend(ids[:2], all_logits=True).shape == (2, backend.vocab_size)
+    with pytest.raises(ValueError):
+        backend.crop(backend.cached_length + 1)
+
+
+@pytest.mark.slow
+def test_llama_cpp_reads_prompts_longer_than_one_batch(smol_llama):
+    from anypair.backends.llama_cpp import PREFILL_CHUNK
+
+    backend = smol_llama.backend
+    ids = smol_llama.tokenizer.encode_continuation(CODE * 40)
+    assert len(ids) > PREFILL_CHUNK
+    last = backend.prefill(ids)
+    assert backend.cached_length == len(ids) and last.shape == (backend.vocab_size,)
+
+
+@pytest.mark.slow
+def test_llama_cpp_draft_with_fp16_target_is_exact(fp16_target, smol_llama):
+    from anypair import AnyPairGenerator
+
+    gen = AnyPairGenerator(fp16_target, smol_llama)
+    assert "llama.cpp" in gen.engines
+    for prompt in (CODE, "Write a haiku about the sea.\n"):
+        alone = gen.generate(prompt, max_new_tokens=32, assisted=False)
+        assisted = gen.generate(prompt, max_new_tokens=32)
+        assert assisted.target_ids == alone.target_ids
+        assert assisted.stats.draft_tokens_accepted > 0 and not assisted.stats.draft_failed
+
+
+@pytest.mark.slow
+def test_auto_runs_a_zoo_draft_on_llama_cpp(zoo_fetch):
+    from anypair.generation.members import resolve_engine
+
+    assert resolve_engine(SMOL, "auto", "draft") == "llama.cpp"
+    assert resolve_engine(SMOL, "auto", "target") == "torch"
+    with pytest.raises(InputError, match="GGUF"):
+        resolve_engine("/tmp/model.gguf", "torch", "target")
+
+
+@pytest.mark.slow
+def test_gguf_target_on_llama_cpp_with_a_draft_of_another_vocabulary(zoo_fetch, smol_llama):
+    """A user's own GGUF as the target (llama.cpp), drafted by a model of another vocabulary."""
+    from anypair import AnyPairGenerator
+    from anypair.generation.members import gguf_of
+
+    gguf = gguf_of(QWEN05)
+    gen = AnyPairGenerator(str(gguf), smol_llama)
+    assert gen.target.engine.engine == "llama.cpp"
+    alone = gen.generate(CODE, max_new_tokens=24, assisted=False)
+    assisted = gen.generate(CODE, max_new_tokens=24)
+    assert alone.stats.new_tokens == 24 and assisted.stats.new_tokens == 24
+    assert assisted.stats.draft_tokens_accepted > 0
+    # llama.cpp's batched logits are not batch-invariant: the texts agree at least until a near-tie
+    assert assisted.target_ids[:4] == alone.target_ids[:4]
+
+
+def test_unknown_weights_and_engines_are_input_errors():
+    from anypair.backends.weights import parse_weights
+    from anypair.generation.members import resolve_engine
+
+    with pytest.raises(InputError, match="weights"):
+        parse_weights("fp8")
+    with pytest.raises(InputError, match="engine"):
+        resolve_engine("x/y", "onnx", "target")
