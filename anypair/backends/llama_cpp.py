@@ -64,11 +64,16 @@ class LlamaCppBackend(ModelBackend):
         self.name = name
         self.gguf_path = path
         threads = threads or torch.get_num_threads()
+        from anypair.tokenization.gguf_vocab import read_gguf_metadata
+
         try:
-            probe = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
-            trained = int(llama_cpp.llama_model_n_ctx_train(probe._model.model))
-            del probe
-            n_ctx = min(trained, context or DEFAULT_CONTEXT)
+            metadata = read_gguf_metadata(path)
+        except (ValueError, OSError) as exc:
+            raise BackendError(f"{path} is not a readable GGUF file ({exc}); re-fetch it") from exc
+        trained = next((int(v) for k, v in metadata.items() if k.endswith(".context_length")), DEFAULT_CONTEXT)
+        self.num_layers = next((int(v) for k, v in metadata.items() if k.endswith(".block_count")), 1)
+        n_ctx = min(trained, context or DEFAULT_CONTEXT)
+        try:
             self._llama = llama_cpp.Llama(str(path), n_ctx=n_ctx, n_batch=PREFILL_CHUNK, n_threads=threads,
                                           n_threads_batch=threads, logits_all=False, verbose=False)
         except (ValueError, RuntimeError, OSError) as exc:

@@ -181,13 +181,9 @@ def load_llama_cpp_member(spec: ModelSpec, *, role: str, threads: Optional[int],
     tokenizer, generation = _llama_cpp_tokenizer(spec, gguf)
     backend = LlamaCppBackend(gguf, name=f"{role} {spec}", threads=threads, context=context)
     adapter = from_hf(tokenizer, model_vocab_size=backend.vocab_size)
-    from anypair.tokenization.gguf_vocab import read_gguf_metadata
-
-    metadata = read_gguf_metadata(gguf)
-    layers = next((int(v) for k, v in metadata.items() if k.endswith(".block_count")), 1)
     return LoadedModel(str(spec), tokenizer, adapter, _eos_ids(adapter, generation), backend,
                        EngineChoice("llama.cpp", gguf.name, "GGUF on llama.cpp"), None,
-                       gguf.stat().st_size, layers, gguf)
+                       gguf.stat().st_size, backend.num_layers, gguf)
 
 
 def _load_torch_model(spec: ModelSpec, dtype: Optional[torch.dtype], device: str):
