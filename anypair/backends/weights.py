@@ -22,6 +22,7 @@ per looked-up row (a gather: the values are the same as a widened table's).
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -87,23 +88,39 @@ def parse_weights(weights: Optional[str]) -> str:
 
 
 class Fp16Linear(torch.nn.Module):
-    """A linear layer whose weight is held packed in fp16 by fbgemm; the math is fp32."""
+    """A linear layer whose weight is held packed in fp16 by fbgemm; the math is fp32.
+
+    A big layer (an LM head of 150k rows) is packed in blocks of output rows: packing needs an fp32
+    copy of what it packs, and a whole head's would briefly add a GB. Each output is the same dot
+    product either way (checked bitwise), so the blocks only bound that temporary."""
+
+    #: weights per packed block
+    BLOCK_ELEMENTS = 1 << 24
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> None:
         super().__init__()
         self.out_features, self.in_features = weight.shape
-        self._packed = torch.ops.quantized.linear_prepack_fp16(
-            weight.detach().float(), None if bias is None else bias.detach().float())
+        rows = max(1, self.BLOCK_ELEMENTS // max(self.in_features, 1))
+        self._packed = []
+        for start in range(0, self.out_features, rows):
+            block = weight[start:start + rows].detach().float()
+            block_bias = None if bias is None else bias[start:start + rows].detach().float()
+            self._packed.append(torch.ops.quantized.linear_prepack_fp16(block, block_bias))
+            del block
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear) -> "Fp16Linear":
         weight = linear.weight.detach()
-        if weight.abs().max() > torch.finfo(torch.float16).max:
+        low, high = torch.aminmax(weight)  # (no temporary the size of the weight)
+        if max(-float(low), float(high)) > torch.finfo(torch.float16).max:
             raise BackendError(f"a weight of {linear} exceeds fp16's range: use weights='fp32' or 'bf16'")
         return cls(weight, linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.quantized.linear_dynamic_fp16(x.float(), self._packed)
+        x = x.float()
+        if len(self._packed) == 1:
+            return torch.ops.quantized.linear_dynamic_fp16(x, self._packed[0])
+        return torch.cat([torch.ops.quantized.linear_dynamic_fp16(x, block) for block in self._packed], dim=-1)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, weights=fp16 (fbgemm)"
@@ -150,6 +167,60 @@ class WideningEmbedding(torch.nn.Module):
         return rows if self._scale is None else rows * self._scale.to(torch.float32)
 
 
+class _MappedFiles:
+    """Drops the pages of a memory-mapped checkpoint that a conversion has consumed.
+
+    transformers maps the safetensors file and hands out tensors that are views into it; every page
+    read while converting stays resident (and counts in the process's memory) until the whole file
+    is unmapped at the end, so converting to fp16 would briefly hold the bf16 checkpoint AND the
+    fp16 copy. `madvise(MADV_DONTNEED)` on a consumed, file-backed range drops those pages at once;
+    a later read would fault them back in from the file unchanged, so this is safe even for bytes
+    another tensor still views. Anonymous memory is never touched (DONTNEED would zero it)."""
+
+    MADV_DONTNEED = 4
+
+    def __init__(self) -> None:
+        self.ranges: list[tuple[int, int]] = []
+        self.libc = None
+        try:
+            import ctypes
+
+            self.libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            self.page = os.sysconf("SC_PAGE_SIZE")
+            with open("/proc/self/maps") as maps:
+                for line in maps:
+                    fields = line.split()
+                    if len(fields) >= 6 and fields[5].endswith(".safetensors"):
+                        start, end = (int(x, 16) for x in fields[0].split("-"))
+                        self.ranges.append((start, end))
+        except (OSError, AttributeError, ValueError):
+            self.ranges = []
+
+    def release(self, tensor: torch.Tensor) -> None:
+        if not self.ranges or self.libc is None:
+            return
+        begin = tensor.data_ptr()
+        end = begin + tensor.numel() * tensor.element_size()
+        if not any(start <= begin and end <= stop for start, stop in self.ranges):
+            return
+        first = -(-begin // self.page) * self.page  # whole pages inside the tensor only
+        last = end // self.page * self.page
+        if last > first:
+            import ctypes
+
+            self.libc.madvise(ctypes.c_void_p(first), ctypes.c_size_t(last - first), self.MADV_DONTNEED)
+
+
+def _return_freed_memory() -> None:
+    """Give the conversion's freed temporaries back to the OS (glibc keeps freed heap otherwise)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 @dataclass(frozen=True)
 class WeightsChoice:
     weights: str  # "fp32", "fp16", "bf16" or "int8"
@@ -182,12 +253,20 @@ def _widen_other_parameters(model) -> None:
 
 def _convert_quantized(model, make_linear) -> None:
     embeddings = model.get_input_embeddings()
+    mapped = _MappedFiles()
+
+    def convert(linear: torch.nn.Linear) -> torch.nn.Module:
+        converted = make_linear(linear)
+        mapped.release(linear.weight)  # its bytes are in the packed copy now
+        return converted
+
     with torch.inference_mode(False), torch.no_grad():
-        _replace_linears(model, make_linear)
         if isinstance(embeddings, torch.nn.Embedding):
-            wide = WideningEmbedding(embeddings)
-            model.set_input_embeddings(wide)
+            model.set_input_embeddings(WideningEmbedding(embeddings))  # copied before any page is released
+            mapped.release(embeddings.weight)
+        _replace_linears(model, convert)
         _widen_other_parameters(model)
+    _return_freed_memory()
     model.config.tie_word_embeddings = False  # the head is its own packed copy now
     # keeps transformers from re-tying or re-initialising the converted head later
     if hasattr(model, "_tied_weights_keys"):
