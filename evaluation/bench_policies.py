@@ -95,7 +95,7 @@ def main() -> None:
               f"{sum(r.accepted for r in mine)} / {sum(r.proposed for r in mine)} |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(settings=dict(vars(args), dtype=str(gen.dtype), machine=machine_description()),
+            json.dump(dict(settings=dict(vars(args), engines=gen.engines, machine=machine_description()),
                            runs=[asdict(r) for r in runs]), f, indent=1)
 
 

@@ -1,10 +1,10 @@
 """Sampling benchmark: tokens per second of the target sampling alone, of anypair's lossless
 speculative sampling, and of transformers' own assisted sampling for different tokenizers
 (`generate(assistant_model=..., tokenizer=..., assistant_tokenizer=..., do_sample=True)`), on the
-same pair, dtype and threads, side by side and interleaved per prompt so machine drift cancels.
+same pair, engines and threads, side by side and interleaved per prompt so machine drift cancels.
 
 Same setup as the greedy `anypair bench` (whose figures, tables and prompts it reuses): Qwen2.5-Coder-1.5B
-target, SmolLM2-135M draft, the first 10 HumanEval prompts, 128 new tokens, auto dtype, 2 threads; at
+target, SmolLM2-135M draft, the first 10 HumanEval prompts, 128 new tokens, auto weights, 2 threads; at
 temperatures 1.0 and 0.7. Prints a rich table per temperature and the medians; `--json` saves all.
 
     python evaluation/bench_sampling.py                       # the full run (~1 h on a 2-core CPU)
@@ -13,7 +13,6 @@ temperatures 1.0 and 0.7. Prints a rich table per temperature and the medians; `
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import statistics
 import sys
@@ -75,15 +74,20 @@ def hf_figures(example: int, prompt_tokens: int, new_ids: list[int], seconds: fl
 def run(args: argparse.Namespace) -> dict[float, BenchReport]:
     from anypair.generation.generator import AnyPairGenerator
 
-    gen = AnyPairGenerator(args.target, args.draft, dtype=args.dtype, threads=args.threads,
+    gen = AnyPairGenerator(args.target, args.draft, weights=args.weights, threads=args.threads,
                            sampled_drafts=args.sampled_drafts)
     # transformers' universal assisted sampling prunes and re-indexes the assistant's LM head and
-    # embeddings IN PLACE: sharing the draft would corrupt anypair's draft, so it gets a copy
-    hf_draft_model = None if args.no_hf else copy.deepcopy(gen.draft.model)
+    # embeddings IN PLACE: sharing the draft would corrupt anypair's draft, so it gets its own torch copy
+    # (anypair's draft may not be a torch model at all: llama.cpp)
+    hf_draft_model = None
+    if not args.no_hf:
+        from anypair.zoo import load_model
+
+        hf_draft_model = load_model(args.draft, dtype=torch.float32)[0]
     prompts = humaneval_prompts(args.n)
     reports = {
         temperature: BenchReport(settings=dict(
-            target=args.target, draft=args.draft, dtype=str(gen.dtype), threads=torch.get_num_threads(),
+            target=args.target, draft=args.draft, engines=gen.engines, threads=torch.get_num_threads(),
             max_new_tokens=args.max_new_tokens, temperature=temperature, top_k=args.top_k, top_p=args.top_p,
             n_prompts=len(prompts), machine=machine_description(), torch=torch.__version__, seed=args.seed,
             same_vocabulary=gen.same_vocabulary, sampled_drafts=args.sampled_drafts))
@@ -171,7 +175,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--temperatures", type=float, nargs="+", default=[1.0, 0.7])
     parser.add_argument("--top-k", type=int, default=0)
     parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--dtype", default="auto", help="auto: bf16 where the CPU has bf16 instructions, else fp32")
+    parser.add_argument("--weights", "--dtype", dest="weights", default="auto",
+                        help="the target's weights (auto: the fastest batch-invariant format of this machine)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0, help="prompt i is sampled with seed + i by every method")
     parser.add_argument("--sampled-drafts", choices=("greedy", "intersection"), default="greedy",

@@ -32,8 +32,9 @@ class LoadedModel:
     """A model loaded once and shared by every method that uses it."""
 
     name: str
-    model: object  # transformers PreTrainedModel
+    model: object  # transformers PreTrainedModel for transformers' methods (None: none needs it)
     tokenizer: object  # transformers tokenizer
+    member: object = None  # anypair.generation.members.LoadedModel: what anypair's methods run
 
 
 @dataclass(frozen=True)
@@ -119,11 +120,13 @@ class AnyPairMethod:
         self.name = name
         self.draft_name = draft.name if draft is not None else ""
         self.assisted = drafter != "none"
-        draft_spec = (draft.model, draft.tokenizer) if draft is not None else None
+        def spec(loaded: LoadedModel):
+            return loaded.member if loaded.member is not None else (loaded.model, loaded.tokenizer)
+
         options = {"threads": threads}
         if self.assisted:
             options["drafter"] = drafter
-        self.generator = AnyPairGenerator((target.model, target.tokenizer), draft_spec, **options)
+        self.generator = AnyPairGenerator(spec(target), spec(draft) if draft is not None else None, **options)
 
     def generate(self, prompt: BuiltPrompt, decoding: Decoding) -> MethodOutput:
         result = self.generator.generate(

@@ -54,7 +54,7 @@ class RunSettings:
     max_new_tokens: int
     temperature: float
     max_prompt_tokens: int
-    dtype: str
+    engines: str  # the target's weights and the draft's engine, as asked for
     threads: int
     data_source: str
     command: str
@@ -262,7 +262,7 @@ def settings_lines(settings: RunSettings) -> str:
         f"Target `{settings.target}`; drafts {', '.join(f'`{d}`' for d in settings.drafts) or 'none'}; "
         f"{examples_phrase(settings)}; {settings.max_new_tokens} new tokens; "
         f"{'greedy' if settings.temperature == 0 else f'temperature {settings.temperature}'}; "
-        f"prompts cut to {settings.max_prompt_tokens} tokens; {settings.dtype}; {settings.threads} threads.\n\n"
+        f"prompts cut to {settings.max_prompt_tokens} tokens; {settings.engines}; {settings.threads} threads.\n\n"
         f"Machine: {machine.get('cpu')} ({machine.get('logical_cpus')} logical CPUs, {machine.get('memory')}), "
         f"{machine.get('platform')}. Versions: {versions}.\n\nCommand: `{settings.command}`\n"
     )
@@ -273,7 +273,7 @@ def plot_title(settings: RunSettings) -> str:
     counts = sorted(set(settings.examples_per_task.values())) or [settings.n_requested]
     per_task = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
     return (f"target {short_model_name(settings.target)}\n{per_task} examples/task, "
-            f"{settings.max_new_tokens} new tokens, {decoding}, {settings.dtype}, {settings.threads} threads")
+            f"{settings.max_new_tokens} new tokens, {decoding}, {settings.engines}, {settings.threads} threads")
 
 
 def plot_speedups(summaries: Sequence[MethodSummary], path: Path, title: str = "") -> None:

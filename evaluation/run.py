@@ -83,7 +83,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
             "CNN/DailyMail articles whole; raise it on a bigger machine"
         ),
     )
-    parser.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"], help="auto: bf16 where the CPU has bf16 instructions, else fp32")
+    parser.add_argument("--weights", "--dtype", dest="weights", default="auto", choices=["auto", "fp32", "fp16", "bf16"],
+                        help="the target's weights (auto: the fastest batch-invariant format of this machine)")
+    parser.add_argument("--draft-engine", default="auto", choices=["auto", "torch", "llama.cpp"],
+                        help="anypair's draft engine (auto: llama.cpp when installed); transformers' methods get a torch copy")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--report-only", action="store_true", help="write the report from <out>/examples.jsonl without running models")
     args = parser.parse_args(argv)
@@ -102,24 +105,33 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return args
 
 
-def resolve_dtype(name: str):
-    import torch
-
-    from anypair.generation.generator import parse_dtype
-
-    return parse_dtype(None if name == "auto" else name, "cpu")
-
-
-def load_models(target_name: str, draft_names: Sequence[str], dtype) -> tuple[LoadedModel, list[LoadedModel]]:
+def load_models(target_name: str, draft_names: Sequence[str], weights: str, draft_engine: str,
+                needs_torch_drafts: bool) -> tuple[LoadedModel, list[LoadedModel]]:
+    """The target once (anypair's engine choice; transformers' methods run the same model), each
+    draft once for anypair's engine and, when a transformers method needs it, as a torch model."""
+    from anypair.generation.members import load_member
     from anypair.zoo import load_model
 
-    def load(name: str) -> LoadedModel:
+    print(f"loading {target_name} ...", file=sys.stderr, flush=True)
+    target = load_member(target_name, role="target", weights=weights)
+    print(f"  {target.engine.describe()}; {target.invariance}", file=sys.stderr, flush=True)
+    drafts = []
+    for name in draft_names:
         print(f"loading {name} ...", file=sys.stderr, flush=True)
-        model, tokenizer = load_model(name, dtype=dtype)
-        model.eval()
-        return LoadedModel(name, model, tokenizer)
+        member = load_member(name, role="draft", engine=draft_engine)
+        model, tokenizer = load_model(name, dtype=torch_float32()) if needs_torch_drafts else (None, member.hf_tokenizer)
+        drafts.append(LoadedModel(name, model, tokenizer, member))
+    return LoadedModel(target_name, target.model, target.hf_tokenizer, target), drafts
 
-    return load(target_name), [load(name) for name in draft_names]
+
+def engines_asked(args: argparse.Namespace) -> str:
+    return f"target weights {args.weights}, draft engine {args.draft_engine}"
+
+
+def torch_float32():
+    import torch
+
+    return torch.float32
 
 
 def build_methods(method_names: Sequence[str], target: LoadedModel, drafts: Sequence[LoadedModel], threads: int) -> list[Method]:
@@ -222,8 +234,8 @@ def run_all(args: argparse.Namespace, store: RecordStore, examples_by_task: dict
     from tqdm import tqdm
 
     torch.set_num_threads(args.threads)
-    dtype = resolve_dtype(args.dtype)
-    target, drafts = load_models(args.target, args.drafts if any(m in METHODS_NEEDING_DRAFT for m in args.method_names) else [], dtype)
+    target, drafts = load_models(args.target, args.drafts if any(m in METHODS_NEEDING_DRAFT for m in args.method_names) else [],
+                                 args.weights, args.draft_engine, needs_torch_drafts="hf-uag" in args.method_names)
     methods = build_methods(args.method_names, target, drafts, args.threads)
     decoding = Decoding(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
     greedy = not decoding.do_sample
@@ -265,7 +277,7 @@ def run_settings(args: argparse.Namespace, records: Sequence[ExampleRecord], arg
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
         max_prompt_tokens=args.max_prompt_tokens,
-        dtype=str(resolve_dtype(args.dtype)).replace("torch.", ""),
+        engines=engines_asked(args),
         threads=args.threads,
         data_source=args.data_source,
         command="python evaluation/run.py " + " ".join(shlex.quote(a) for a in argv),
@@ -287,7 +299,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "temperature": args.temperature,
             "seed": args.seed,
             "max_prompt_tokens": args.max_prompt_tokens,
-            "dtype": str(resolve_dtype(args.dtype)),
+            "engines": engines_asked(args),
             "threads": args.threads,
         },
     )

@@ -232,7 +232,7 @@ def test_settings_mismatch_is_refused(tmp_path):
 def test_report_files_from_synthetic_records(tmp_path):
     settings = report.RunSettings(
         target="org/Target", drafts=["org/Draft-A"], methods=["target", "anypair", "hf-uag"], tasks=["humaneval", "cnn_dailymail"],
-        n_requested=4, max_new_tokens=32, temperature=0.0, max_prompt_tokens=1024, dtype="float32", threads=2,
+        n_requested=4, max_new_tokens=32, temperature=0.0, max_prompt_tokens=1024, engines="target weights fp32, draft engine torch", threads=2,
         data_source="local", command="python evaluation/run.py --n 4", versions=report.package_versions(),
         machine=report.machine_description(), examples_per_task=report.examples_per_task(synthetic_records()),
     )
