@@ -20,6 +20,8 @@ from anypair.zoo.paths import COMPLETE_MARKER, models_dir, scratch_dir
 from anypair.zoo.registry import ModelAsset
 
 _BOS_PROBE_TEXT = "Hello"
+#: what transformers needs to read a GGUF (both are dependencies in pyproject.toml)
+GGUF_CONVERSION_PACKAGES = ("gguf", "accelerate")
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ def is_converted(model: ModelAsset) -> bool:
 
 def require_gguf_support() -> None:
     """transformers needs both of these to read a GGUF; say so before a long download is wasted."""
-    missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
+    missing = [name for name in GGUF_CONVERSION_PACKAGES if importlib.util.find_spec(name) is None]
     if missing:
         raise FetchError(
             f"Converting GGUF models needs the Python package(s) {', '.join(missing)}: "
