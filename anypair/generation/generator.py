@@ -16,6 +16,7 @@ import torch
 from anypair.backends.torch_hf import TorchBackend
 from anypair.drafters.base import DraftRequest, Drafter, NoDrafter
 from anypair.errors import InputError
+from anypair.generation.checks import check_options, check_request
 from anypair.generation.loop import DecodeRequest, DecodeSession
 from anypair.policies import AdaptiveLength, DraftLengthPolicy, StepCosts, estimated_step_costs, make_policy
 from anypair.types import GenerationResult, SamplingConfig
@@ -143,8 +144,9 @@ class AnyPairGenerator:
                  backend: str = "torch",
                  linear_kernel: str = "auto",
                  threads: Optional[int] = None) -> None:
-        if threads:
-            torch.set_num_threads(int(threads))
+        check_options(num_draft_tokens, confidence_threshold, threads)
+        if threads is not None:
+            torch.set_num_threads(threads)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.dtype = parse_dtype(dtype, self.device)
         self.target = load_pair_member(target, self.dtype, self.device)
@@ -262,16 +264,7 @@ class AnyPairGenerator:
     def _session(self, prompt: Optional[str], messages: Optional[Sequence[dict]], max_new_tokens: int,
                  stop: Union[str, Sequence[str], None], do_sample: bool, temperature: float, top_k: int,
                  top_p: float, seed: Optional[int], assisted: bool) -> DecodeSession:
-        if (prompt is None) == (messages is None):
-            raise InputError("pass exactly one of prompt= (raw text) or messages= (a chat conversation)")
-        if prompt is not None and not isinstance(prompt, str):
-            raise InputError(f"prompt must be a str, got {type(prompt).__name__}")
-        if prompt is not None and prompt == "":
-            raise InputError("the prompt is empty: give some text to continue")
-        if messages is not None and (not messages or not all(isinstance(m, dict) and "content" in m for m in messages)):
-            raise InputError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise InputError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+        check_request(prompt, messages, max_new_tokens)
         sampling = SamplingConfig(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         stop_strings = [stop] if isinstance(stop, str) else list(stop or [])
 

@@ -2,9 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
-
-from anypair.errors import AnyPairError
 
 
 def add_fetch_parser(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
@@ -56,11 +53,7 @@ def run_fetch(args: argparse.Namespace) -> int:
         return 0
     from anypair.zoo import fetch
 
-    try:
-        paths = fetch(args.names or None, progress=not args.quiet)
-    except AnyPairError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    paths = fetch(args.names or None, progress=not args.quiet)  # errors: the top-level CLI prints them, exit 2
     for name, path in paths.items():
         print(f"{name}\t{path}")
     return 0
