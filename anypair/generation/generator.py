@@ -7,6 +7,7 @@ validates input, and runs `DecodeSession`s.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional, Sequence, Union
@@ -163,6 +164,8 @@ class AnyPairGenerator:
             raise InputError(f"sampled_drafts must be 'greedy' or 'intersection', got {sampled_drafts!r}")
         self.sampled_drafts = sampled_drafts
         self.last_result: Optional[GenerationResult] = None
+        # the request that owns the models' KV caches and the drafter now (None: free); see _claim
+        self._open_request: Optional[str] = None
         self._drafters: dict[tuple, Drafter] = {}
         self._same_vocabulary: Optional[bool] = None
 
@@ -261,6 +264,21 @@ class AnyPairGenerator:
         return SamplingVerifier(sampling, generator)
 
     # -- requests -------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _claim(self, what: str) -> Iterator[None]:
+        """One request at a time: the models' KV caches and the drafter hold one request's state,
+        so a second request while a stream is open would silently corrupt that stream. A stream
+        releases its claim when exhausted, closed (`.close()`) or dropped (the generator's close on
+        garbage collection runs the `finally`)."""
+        if self._open_request is not None:
+            raise InputError(f"this AnyPairGenerator is still serving {self._open_request}: read it to the end or "
+                             "call its .close() first, or use a second AnyPairGenerator for concurrent requests")
+        self._open_request = what
+        try:
+            yield
+        finally:
+            self._open_request = None
+
     def _session(self, prompt: Optional[str], messages: Optional[Sequence[dict]], max_new_tokens: int,
                  stop: Union[str, Sequence[str], None], do_sample: bool, temperature: float, top_k: int,
                  top_p: float, seed: Optional[int], assisted: bool) -> DecodeSession:
@@ -305,17 +323,22 @@ class AnyPairGenerator:
                  do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                  seed: Optional[int] = None, assisted: bool = True) -> GenerationResult:
         """Generate up to `max_new_tokens` target tokens; returns text, target ids and statistics."""
-        session = self._session(prompt, messages, max_new_tokens, stop, do_sample, temperature, top_k, top_p,
-                                seed, assisted)
-        self.last_result = session.run()
+        with self._claim("a generate() call"):
+            session = self._session(prompt, messages, max_new_tokens, stop, do_sample, temperature, top_k, top_p,
+                                    seed, assisted)
+            self.last_result = session.run()
         return self.last_result
 
     def stream(self, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
                max_new_tokens: int = 128, stop: Union[str, Sequence[str], None] = None,
                do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                seed: Optional[int] = None, assisted: bool = True) -> Iterator[str]:
-        """Yield text as soon as each token is verified; `last_result` holds the full result after."""
-        session = self._session(prompt, messages, max_new_tokens, stop, do_sample, temperature, top_k, top_p,
-                                seed, assisted)
-        yield from session
-        self.last_result = session.result
+        """Yield text as soon as each token is verified; `last_result` holds the full result after.
+
+        From its first chunk until it is exhausted, closed (`.close()`) or dropped, the stream owns
+        this generator: another request meanwhile raises InputError instead of corrupting it."""
+        with self._claim("an open stream"):
+            session = self._session(prompt, messages, max_new_tokens, stop, do_sample, temperature, top_k, top_p,
+                                    seed, assisted)
+            yield from session
+            self.last_result = session.result
