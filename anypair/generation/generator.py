@@ -72,7 +72,8 @@ class LoadedModel:
         """The model's own token ids for a raw prompt or a conversation (its own chat template)."""
         if messages is not None:
             if not self.has_chat_template:
-                raise InputError(f"{self.name} has no chat template: pass prompt= (raw text) instead of messages=")
+                raise InputError(f"{self.name} has no chat template: pass the conversation as raw text "
+                                 "(prompt= instead of messages=; --raw on the command line)")
             ids = self.hf_tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
             if hasattr(ids, "keys"):
                 ids = ids["input_ids"]
@@ -209,7 +210,7 @@ class AnyPairGenerator:
         draft = self.draft
 
         def render(request: DraftRequest) -> list[int]:
-            return draft.render(request.prompt, request.messages)
+            return self._draft_prompt_ids(request.prompt, request.messages, request.target_prompt_ids)
 
         greedy = sampling is None or not sampling.do_sample
         cached = self._drafters.get(("model", self.confidence_threshold)) if greedy else None
@@ -221,6 +222,22 @@ class AnyPairGenerator:
         if greedy:
             self._drafters[("model", self.confidence_threshold)] = drafter
         return drafter
+
+    def _draft_prompt_ids(self, prompt: Optional[str], messages: Optional[Sequence[dict]],
+                          target_ids: Sequence[int]) -> list[int]:
+        """The draft's own ids for a request. A conversation goes through the draft's chat template
+        where it has one; a draft without one (a base model, the usual draft) reads the target's
+        rendered conversation as raw text, so chat works for every pair."""
+        assert self.draft is not None
+        if messages is None or self.draft.has_chat_template:
+            return self.draft.render(prompt, messages)
+        # the draft's tokenizer adds its own BOS to the text, so the target's is left out of it; only
+        # where the target adds one to raw text is a leading BOS id one (SmolLM2's BOS id is <|im_start|>)
+        bos = self.target.tokenizer.bos_id
+        target_adds_bos = bos is not None and self.target.render("a", None)[:1] == [bos]
+        body = list(target_ids[1:]) if target_adds_bos and list(target_ids[:1]) == [bos] else list(target_ids)
+        rendered = self.target.hf_tokenizer.decode(body, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return self.draft.render(rendered, None)
 
     def _drafter(self, assisted: bool, sampling: Optional[SamplingConfig], generator) -> Drafter:
         if not assisted:
@@ -302,7 +319,7 @@ class AnyPairGenerator:
         draft_request = DraftRequest(target_ids, prompt=prompt, messages=list(messages) if messages else None,
                                      prompt_bytes=self.target.tokenizer.decode_bytes(target_ids))
         if self.draft is not None and assisted and self.drafter_spec in ("model", "hybrid"):
-            draft_ids = target_ids if self.same_vocabulary else self.draft.render(prompt, messages)
+            draft_ids = target_ids if self.same_vocabulary else self._draft_prompt_ids(prompt, messages, target_ids)
             draft_limit = self.draft_backend.max_context
             if len(draft_ids) + max_new_tokens + 16 > draft_limit:
                 raise InputError(
