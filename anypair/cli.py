@@ -53,9 +53,23 @@ def _generator(args):
     return AnyPairGenerator(args.model, draft, drafter=args.drafter, **_generator_options(args))
 
 
+def _check_model_options(args) -> None:
+    """Reject bad numbers before two models load (seconds to minutes) only to fail then."""
+    from anypair.generation.checks import check_options
+
+    check_options(args.num_draft_tokens, args.confidence_threshold, args.threads)
+
+
 def run_generate(args) -> int:
     from rich.console import Console
 
+    from anypair.generation.checks import check_text
+    from anypair.types import SamplingConfig
+
+    _check_model_options(args)
+    check_text(args.prompt, "the prompt")
+    SamplingConfig(do_sample=args.do_sample, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                   seed=args.seed)
     console = Console(stderr=True)
     gen = _generator(args)
     chat = not args.raw and gen.target.has_chat_template
@@ -91,6 +105,7 @@ def run_generate(args) -> int:
 def run_bench_cmd(args) -> int:
     from anypair.bench import format_report, humaneval_prompts, run_bench, save_json
 
+    _check_model_options(args)
     if args.prompts:
         with open(args.prompts) as f:
             text = f.read()
@@ -114,6 +129,7 @@ def run_bench_cmd(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="anypair", description="Lossless speculative decoding with any draft model, whatever its tokenizer.")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
 
     from anypair.zoo.cli import add_fetch_parser
@@ -151,17 +167,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(exc: BaseException) -> str:
+    # messages quoting a library's error may carry its newlines; an error is one line
+    return " ".join(str(exc).split())
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--debug" in argv:  # accepted anywhere on the line, not only before the subcommand
+        argv = ["--debug", *(a for a in argv if a != "--debug")]
     args = parser.parse_args(argv)
     try:
         return args.func(args) or 0
     except AnyPairError as exc:
-        print(f"anypair: error: {exc}", file=sys.stderr)
+        if args.debug:
+            raise
+        print(f"anypair: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("anypair: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug, not bad input: still one line, the traceback on request
+        if args.debug:
+            raise
+        print(f"anypair: internal error: {type(exc).__name__}: {_one_line(exc)} "
+              "(run again with --debug for the traceback, and please report it)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -17,8 +17,9 @@ class TokenizerError(AnyPairError):
     """A tokenizer file could not be read, or a tokenizer cannot represent some text."""
 
 
-class InputError(AnyPairError):
-    """Bad user input: empty prompt, prompt longer than the context, max_new_tokens < 1, ..."""
+class InputError(AnyPairError, ValueError):
+    """Bad user input: empty prompt, prompt longer than the context, max_new_tokens < 1, ...
+    (also a ValueError: it is one, and callers that caught ValueError keep working)."""
 
 
 class BackendError(AnyPairError):

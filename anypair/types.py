@@ -4,10 +4,13 @@ named for the vocabulary it belongs to.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
+
+from anypair.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -21,12 +24,13 @@ class SamplingConfig:
     seed: Optional[int] = None
 
     def __post_init__(self) -> None:
-        if self.do_sample and not self.temperature > 0:
-            raise ValueError("temperature must be > 0 when do_sample=True (use do_sample=False for greedy)")
-        if self.top_k < 0:
-            raise ValueError("top_k must be >= 0 (0 turns it off)")
+        if self.do_sample and not (self.temperature > 0 and math.isfinite(self.temperature)):
+            raise InputError(f"temperature must be a finite number > 0 when sampling, got {self.temperature!r}: "
+                             "lower values sample closer to greedy; for greedy itself turn sampling off")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise InputError(f"top_k must be an integer >= 0, got {self.top_k!r} (0 turns it off)")
         if not 0 < self.top_p <= 1:
-            raise ValueError("top_p must be in (0, 1]")
+            raise InputError(f"top_p must be in (0, 1], got {self.top_p!r} (1 turns it off)")
 
 
 @dataclass

@@ -408,3 +408,13 @@ def test_text_outside_the_vocabulary_is_a_clear_error():
     for family in SENTENCEPIECE_FAMILIES:
         with pytest.raises(TokenizerError, match="cannot encode"):
             adapter(family).encode_continuation("a\u2581b")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_lone_surrogate_is_a_tokenizer_error_in_every_adapter(family):
+    # tiktoken used to turn it into U+FFFD silently (bytes the text does not have); others raised
+    # their library's TypeError/RuntimeError
+    tok = adapter(family)
+    for encode in (tok.encode_continuation, tok.encode):
+        with pytest.raises(TokenizerError, match="lone surrogate"):
+            encode("x = '\udcff'")

@@ -351,3 +351,26 @@ def test_vocab_map_known_shared_tokens_and_coverage():
     assert mapping.target_coverage(ids) == 1.0
     assert mapping.target_coverage([]) == 0.0
     assert llama.vocab_size == 32_000 and phi.vocab_size == 32_064
+
+
+# -- text a tokenizer has no token for (item 6 of issue 14) ------------------------------------------
+# SmolLM2 has no token for bytes 0x04, 0x06, 0x13, 0x14, 0x16, 0x1d, 0xc0, 0xc1, 0xf1, 0xf2, 0xf5-0xff
+def test_translation_stops_before_a_character_the_target_cannot_write():
+    translator = Translator(tokenizer("smollm2"), tokenizer("o200k"))
+    proposal = translator.draft_to_target(b"x = 1\x1d y")
+    assert tokenizer("smollm2").decode_bytes(proposal.target_ids) == b"x = 1"
+    assert proposal.n_bytes == 5
+    # past it, translation is whole again
+    assert tokenizer("smollm2").decode_bytes(translator.draft_to_target(b" y = 2").target_ids) == b" y = 2"
+
+
+def test_sync_leaves_out_what_the_draft_cannot_write_and_goes_on():
+    draft_tok = tokenizer("smollm2")
+    sync = DraftSync(draft_tok)
+    first = sync.commit("x = 1\x1d y\x04 = é\n".encode() + b"\xff" + b"z", [])
+    assert first.n_drop == 0 and sync.pending == b""
+    assert draft_tok.decode_bytes(first.append_draft_ids) == "x = 1 y = é\nz".encode()
+    # the next round syncs as usual: a right proposal is kept whole
+    proposed = draft_tok.encode_continuation(" = 3\n")
+    second = sync.commit(b" = 3\n", proposed)
+    assert second.n_drop == 0 and second.append_draft_ids == []

@@ -154,3 +154,62 @@ def test_converted_gemma3_uses_the_real_tokenizer(zoo_fetch):
     assert ids[0] == tokenizer.bos_token_id == 2
     assert tokenizer.convert_ids_to_tokens(ids[1:]) == ["The", "▁capital", "▁of", "▁France", "▁is"]
     assert not (zoo_fetch[GEMMA3] / "tokenizer.model").exists()
+
+
+def test_fetch_verify_rehashes_a_file_whose_size_and_time_are_unchanged(empty_home, capsys):
+    import os
+
+    path = zoo.fetch([SMALL_FAMILY], progress=False)[SMALL_FAMILY] / "vocab.bpe"
+    asset = zoo.TOKENIZER_FAMILIES[SMALL_FAMILY]
+    status = path.stat()
+    data = bytearray(path.read_bytes())
+    data[100] ^= 0x01
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
+    assert tokenizer_files.is_cached(asset), "by default an unchanged size and time is trusted"
+    zoo.fetch([SMALL_FAMILY], progress=False, verify=True)
+    assert "SHA-256 mismatch" in capsys.readouterr().err
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == asset.members[1].sha256
+
+
+def _converted_copy(home, source, marker: dict, damaged: str, data: bytes):
+    import json
+
+    from anypair.zoo.conversion import converted_dir
+    from anypair.zoo.paths import COMPLETE_MARKER
+
+    model = zoo.ZOO_MODELS[SMOLLM2]
+    folder = converted_dir(model)
+    folder.mkdir(parents=True)
+    for item in source.iterdir():
+        if item.name not in (damaged, COMPLETE_MARKER):
+            (folder / item.name).symlink_to(item)
+    (folder / damaged).write_bytes(data)
+    (folder / COMPLETE_MARKER).write_text(json.dumps(marker))
+    return model, folder / COMPLETE_MARKER
+
+
+def test_fetch_verify_unmarks_a_damaged_converted_folder(zoo_fetch, empty_home, capsys):
+    import json
+
+    from anypair.zoo.model_files import _verify_converted
+    from anypair.zoo.paths import COMPLETE_MARKER
+
+    source = zoo_fetch[SMOLLM2]
+    marker = json.loads((source / COMPLETE_MARKER).read_text())
+    config = (source / "config.json").read_bytes()
+    # recorded hashes (conversions from now on): a flipped byte in config.json is found
+    recorded = {**marker, "file_sha256": {"config.json": hashlib.sha256(config).hexdigest()}}
+    flipped = config.replace(b'"', b"'", 1)
+    model, marker_path = _converted_copy(empty_home, source, recorded, "config.json", flipped)
+    _verify_converted(model)
+    assert not marker_path.exists() and "config.json changed since conversion" in capsys.readouterr().err
+    # an older marker without hashes: a truncated weights file is found by reading it
+    import shutil
+
+    shutil.rmtree(marker_path.parent)
+    with open(source / "model.safetensors", "rb") as handle:
+        head = handle.read(1 << 20)
+    model, marker_path = _converted_copy(empty_home, source, {**marker, "file_sha256": {}}, "model.safetensors", head)
+    _verify_converted(model)
+    assert not marker_path.exists() and "truncated" in capsys.readouterr().err

@@ -7,6 +7,7 @@ validates input, and runs `DecodeSession`s.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Iterator, Optional, Sequence, Union
 
@@ -14,6 +15,7 @@ import torch
 
 from anypair.drafters.base import DraftRequest, Drafter, NoDrafter
 from anypair.errors import InputError
+from anypair.generation.checks import check_options, check_request
 from anypair.generation.loop import DecodeRequest, DecodeSession
 from anypair.policies import AdaptiveLength, DraftLengthPolicy, StepCosts, estimated_step_costs, make_policy
 from anypair.types import GenerationResult, SamplingConfig
@@ -92,10 +94,9 @@ class AnyPairGenerator:
         from anypair.backends.weights import parse_weights
         from anypair.generation.members import load_member
 
-        if threads is not None and (not isinstance(threads, int) or threads < 1):
-            raise InputError(f"threads must be a positive integer, got {threads!r}")
-        if threads:
-            torch.set_num_threads(int(threads))
+        check_options(num_draft_tokens, confidence_threshold, threads)
+        if threads is not None:
+            torch.set_num_threads(threads)
         if weights is not None and dtype is not None:
             raise InputError("pass weights= or its older name dtype=, not both")
         self.weights = parse_weights(weights) if weights is not None else weights_from_dtype(dtype)
@@ -116,6 +117,8 @@ class AnyPairGenerator:
             raise InputError(f"sampled_drafts must be 'greedy' or 'intersection', got {sampled_drafts!r}")
         self.sampled_drafts = sampled_drafts
         self.last_result: Optional[GenerationResult] = None
+        # the request that owns the models' KV caches and the drafter now (None: free); see _claim
+        self._open_request: Optional[str] = None
         self._drafters: dict[tuple, Drafter] = {}
         self._same_vocabulary: Optional[bool] = None
 
@@ -145,7 +148,7 @@ class AnyPairGenerator:
         draft = self.draft
 
         def render(request: DraftRequest) -> list[int]:
-            return draft.render(request.prompt, request.messages)
+            return self._draft_prompt_ids(request.prompt, request.messages, request.target_prompt_ids)
 
         greedy = sampling is None or not sampling.do_sample
         cached = self._drafters.get(("model", self.confidence_threshold)) if greedy else None
@@ -157,6 +160,22 @@ class AnyPairGenerator:
         if greedy:
             self._drafters[("model", self.confidence_threshold)] = drafter
         return drafter
+
+    def _draft_prompt_ids(self, prompt: Optional[str], messages: Optional[Sequence[dict]],
+                          target_ids: Sequence[int]) -> list[int]:
+        """The draft's own ids for a request. A conversation goes through the draft's chat template
+        where it has one; a draft without one (a base model, the usual draft) reads the target's
+        rendered conversation as raw text, so chat works for every pair."""
+        assert self.draft is not None
+        if messages is None or self.draft.has_chat_template:
+            return self.draft.render(prompt, messages)
+        # the draft's tokenizer adds its own BOS to the text, so the target's is left out of it; only
+        # where the target adds one to raw text is a leading BOS id one (SmolLM2's BOS id is <|im_start|>)
+        bos = self.target.tokenizer.bos_id
+        target_adds_bos = bos is not None and self.target.render("a", None)[:1] == [bos]
+        body = list(target_ids[1:]) if target_adds_bos and list(target_ids[:1]) == [bos] else list(target_ids)
+        rendered = self.target.hf_tokenizer.decode(body, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return self.draft.render(rendered, None)
 
     def _drafter(self, assisted: bool, sampling: Optional[SamplingConfig], generator) -> Drafter:
         if not assisted:
@@ -198,19 +217,25 @@ class AnyPairGenerator:
         return SamplingVerifier(sampling, generator)
 
     # -- requests -------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _claim(self, what: str) -> Iterator[None]:
+        """One request at a time: the models' KV caches and the drafter hold one request's state,
+        so a second request while a stream is open would silently corrupt that stream. A stream
+        releases its claim when exhausted, closed (`.close()`) or dropped (the generator's close on
+        garbage collection runs the `finally`)."""
+        if self._open_request is not None:
+            raise InputError(f"this AnyPairGenerator is still serving {self._open_request}: read it to the end or "
+                             "call its .close() first, or use a second AnyPairGenerator for concurrent requests")
+        self._open_request = what
+        try:
+            yield
+        finally:
+            self._open_request = None
+
     def _session(self, prompt: Optional[str], messages: Optional[Sequence[dict]], max_new_tokens: int,
                  stop: Union[str, Sequence[str], None], do_sample: bool, temperature: float, top_k: int,
                  top_p: float, seed: Optional[int], assisted: bool) -> DecodeSession:
-        if (prompt is None) == (messages is None):
-            raise InputError("pass exactly one of prompt= (raw text) or messages= (a chat conversation)")
-        if prompt is not None and not isinstance(prompt, str):
-            raise InputError(f"prompt must be a str, got {type(prompt).__name__}")
-        if prompt is not None and prompt == "":
-            raise InputError("the prompt is empty: give some text to continue")
-        if messages is not None and (not messages or not all(isinstance(m, dict) and "content" in m for m in messages)):
-            raise InputError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise InputError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+        check_request(prompt, messages, max_new_tokens)
         sampling = SamplingConfig(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         stop_strings = [stop] if isinstance(stop, str) else list(stop or [])
 
@@ -230,7 +255,7 @@ class AnyPairGenerator:
         draft_request = DraftRequest(target_ids, prompt=prompt, messages=list(messages) if messages else None,
                                      prompt_bytes=self.target.tokenizer.decode_bytes(target_ids))
         if self.draft is not None and assisted and self.drafter_spec in ("model", "hybrid"):
-            draft_ids = target_ids if self.same_vocabulary else self.draft.render(prompt, messages)
+            draft_ids = target_ids if self.same_vocabulary else self._draft_prompt_ids(prompt, messages, target_ids)
             draft_limit = self.draft_backend.max_context
             if len(draft_ids) + max_new_tokens + 16 > draft_limit:
                 raise InputError(
@@ -251,17 +276,22 @@ class AnyPairGenerator:
                  do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                  seed: Optional[int] = None, assisted: bool = True) -> GenerationResult:
         """Generate up to `max_new_tokens` target tokens; returns text, target ids and statistics."""
-        session = self._session(prompt, messages, max_new_tokens, stop, do_sample, temperature, top_k, top_p,
-                                seed, assisted)
-        self.last_result = session.run()
+        with self._claim("a generate() call"):
+            session = self._session(prompt, messages, max_new_tokens, stop, do_sample, temperature, top_k, top_p,
+                                    seed, assisted)
+            self.last_result = session.run()
         return self.last_result
 
     def stream(self, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
                max_new_tokens: int = 128, stop: Union[str, Sequence[str], None] = None,
                do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                seed: Optional[int] = None, assisted: bool = True) -> Iterator[str]:
-        """Yield text as soon as each token is verified; `last_result` holds the full result after."""
-        session = self._session(prompt, messages, max_new_tokens, stop, do_sample, temperature, top_k, top_p,
-                                seed, assisted)
-        yield from session
-        self.last_result = session.result
+        """Yield text as soon as each token is verified; `last_result` holds the full result after.
+
+        From its first chunk until it is exhausted, closed (`.close()`) or dropped, the stream owns
+        this generator: another request meanwhile raises InputError instead of corrupting it."""
+        with self._claim("an open stream"):
+            session = self._session(prompt, messages, max_new_tokens, stop, do_sample, temperature, top_k, top_p,
+                                    seed, assisted)
+            yield from session
+            self.last_result = session.result

@@ -65,7 +65,8 @@ class LoadedModel:
         """The model's own token ids for a raw prompt or a conversation (its own chat template)."""
         if messages is not None:
             if not self.has_chat_template:
-                raise InputError(f"{self.name} has no chat template: pass prompt= (raw text) instead of messages=")
+                raise InputError(f"{self.name} has no chat template: pass the conversation as raw text "
+                                 "(prompt= instead of messages=; --raw on the command line)")
             ids = self.hf_tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
             if hasattr(ids, "keys"):
                 ids = ids["input_ids"]

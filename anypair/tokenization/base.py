@@ -131,6 +131,20 @@ class TableTokenizerAdapter(TokenizerAdapter):
         self._table.extend(b"" for _ in padding)
         self.special_ids = self._tokenizer_special_ids | frozenset(padding)
 
+    def _require_unicode(self, text: str) -> None:
+        """Every adapter refuses text that has no UTF-8 bytes (lone surrogates) the same way:
+        tiktoken would silently turn them into U+FFFD, breaking the byte-exact contract, and the
+        other libraries raise their own TypeError/RuntimeError."""
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise TokenizerError(
+                f"{self.name} cannot encode {text[max(0, exc.start - 10):exc.start + 10]!r}: U+{ord(text[exc.start]):04X} "
+                "is a lone surrogate, which has no UTF-8 bytes; pass valid Unicode text"
+            ) from None
+        except AttributeError:
+            raise TokenizerError(f"{self.name} encodes str, got {type(text).__name__}") from None
+
     def _check_round_trip(self, text: str, ids: list[int]) -> list[int]:
         if self.decode_bytes(ids) != text.encode("utf-8"):
             raise TokenizerError(

@@ -133,6 +133,7 @@ class HFTokenizerAdapter(TableTokenizerAdapter):
         return adapter
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        self._require_unicode(text)
         if self.hf_tokenizer is not None:
             return list(self.hf_tokenizer.encode(text, add_special_tokens=add_special_tokens))
         with self._lock:
@@ -143,6 +144,7 @@ class HFTokenizerAdapter(TableTokenizerAdapter):
                 self._continuation_pipeline.install(self.tokenizer)
 
     def encode_continuation(self, text: str) -> list[int]:
+        self._require_unicode(text)
         with self._lock:
             ids = self.tokenizer.encode(text, add_special_tokens=False).ids
         return self._check_round_trip(text, ids)

@@ -57,10 +57,12 @@ class SentencePieceAdapter(TableTokenizerAdapter):
         return cls(model_proto, name=name or path.name)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        self._require_unicode(text)
         ids = self._prompt_processor.encode(text)
         return [self.bos_id, *ids] if add_special_tokens and self.bos_id is not None else ids
 
     def encode_continuation(self, text: str) -> list[int]:
+        self._require_unicode(text)
         return self._check_round_trip(text, self._continuation_processor.encode(text))
 
 

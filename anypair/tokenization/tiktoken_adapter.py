@@ -108,6 +108,7 @@ class TiktokenAdapter(TableTokenizerAdapter):
         return [self.bos_id, *ids] if add_special_tokens and self.bos_id is not None else ids
 
     def encode_continuation(self, text: str) -> list[int]:
+        self._require_unicode(text)
         offset = self._id_offset
         ids = self.encoding.encode_ordinary(text)
         if offset:

@@ -2,7 +2,9 @@
 
 Invariant after every `commit`: the bytes of the draft's generated context == the committed
 generated text minus `pending`, where `pending` is an unfinished UTF-8 character at the end of the
-committed text that the draft cannot write as tokens yet. Every call works on the bytes of one
+committed text that the draft cannot write as tokens yet, and minus any character or invalid byte
+the draft has no token for at all (left out: the draft reads the text around it and goes on
+drafting; only what the draft proposes is ever verified, so its context may differ this way). Every call works on the bytes of one
 round only (the draft's proposal and the newly committed bytes), never on the whole text.
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ from anypair.translator.utf8 import (
     leading_continuation_count,
     split_valid_runs,
 )
+from anypair.translator.writable import WritableText
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class DraftSync:
     def __init__(self, draft_tok: TokenizerAdapter):
         self.draft_tok = draft_tok
         self.pending: bytes = b""
+        self.writable = WritableText(draft_tok)
 
     def reset(self) -> None:
         """New request: nothing generated yet."""
@@ -103,24 +107,19 @@ class DraftSync:
 
     def encode_bytes(self, data: bytes) -> list[int]:
         """Draft ids for `data`: valid UTF-8 runs through `encode_continuation`, any other byte as
-        the draft's single-byte token."""
+        the draft's single-byte token; what the draft has no token for is left out (see the
+        module docstring)."""
         draft_ids: list[int] = []
         for run in split_valid_runs(data):
             if run.text is not None:
-                run_ids = self.draft_tok.encode_continuation(run.text)
-                if self.draft_tok.decode_bytes(run_ids) != run.data:
-                    raise TokenizerError(
-                        f"draft tokenizer {self.draft_tok.name!r} does not give back the bytes of {run.text[:40]!r} "
-                        "(it normalizes text?); the draft context would drift from the committed text"
-                    )
+                try:
+                    run_ids = self.draft_tok.encode_continuation(run.text)
+                except TokenizerError:
+                    run_ids = None
+                if run_ids is None or self.draft_tok.decode_bytes(run_ids) != run.data:
+                    run_ids = self.writable.encode_around(run.text)
                 draft_ids.extend(run_ids)
                 continue
-            for byte in run.data:
-                byte_id = self.draft_tok.byte_token_id(byte)
-                if byte_id is None:
-                    raise TokenizerError(
-                        f"draft tokenizer {self.draft_tok.name!r} cannot write byte 0x{byte:02x} (no byte "
-                        "fallback); the target wrote invalid UTF-8 there. Use a draft with byte-level tokens."
-                    )
-                draft_ids.append(byte_id)
+            byte_ids = (self.draft_tok.byte_token_id(byte) for byte in run.data)
+            draft_ids.extend(byte_id for byte_id in byte_ids if byte_id is not None)
         return draft_ids

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from anypair.errors import TokenizerError
 from anypair.tokenization.base import TokenizerAdapter
 from anypair.translator.utf8 import leading_continuation_count, valid_prefix_length
+from anypair.translator.writable import WritableText
 
 #: what may follow a proposal (see the module docstring for why these three)
 STABILITY_PROBES: tuple[str, ...] = ("a", " ", "\n")
@@ -63,13 +65,15 @@ class Translator:
         self.target_tok = target_tok
         self.draft_tok = draft_tok
         self.stability_probes = stability_probes
+        self.writable = WritableText(target_tok)
 
     def draft_to_target(self, proposed: bytes, *, draft_finished: bool = False) -> TargetProposal:
         """Translate NEWLY proposed bytes that continue right after the committed text.
 
         Leading UTF-8 continuation bytes (a character the target already started) become the
         target's single-byte tokens; without those the proposal is empty. Translation stops before
-        an unfinished trailing character, or before the first invalid byte. Unless
+        an unfinished trailing character, before the first invalid byte, or before the first
+        character the target has no token for (the target cannot write it either). Unless
         `draft_finished`, tokens a continuation could still change are counted out of n_stable.
         """
         lead_ids = self._continuation_byte_ids(proposed)
@@ -80,7 +84,11 @@ class Translator:
         if body_end == 0:
             return TargetProposal(target_ids=lead_ids, n_stable=len(lead_ids), n_bytes=len(lead_ids))
         text = body[:body_end].decode("utf-8")
-        body_ids = self.target_tok.encode_continuation(text)
+        try:
+            body_ids = self.target_tok.encode_continuation(text)
+        except TokenizerError:  # a character the target has no token for: translate up to it
+            body_ids, text = self.writable.encode_prefix(text)
+            body_end = len(text.encode("utf-8"))
         if self.target_tok.decode_bytes(body_ids) != body[:body_end]:
             body_ids, body_end = self._round_tripping_prefix(body_ids, body[:body_end])
         if not body_ids:

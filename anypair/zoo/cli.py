@@ -2,9 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
-
-from anypair.errors import AnyPairError
 
 
 def add_fetch_parser(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
@@ -25,6 +22,9 @@ def add_fetch_parser(subparsers: "argparse._SubParsersAction") -> argparse.Argum
     parser.add_argument("names", nargs="*", metavar="NAME", help="model hub id, tokenizer family or group")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
     parser.add_argument("--list", action="store_true", help="list what the zoo holds and what is cached, then exit")
+    parser.add_argument("--verify", action="store_true",
+                        help="re-hash cached files against their SHA-256 and fetch again what fails "
+                             "(by default a cached file whose size and time are unchanged is trusted)")
     parser.set_defaults(func=run_fetch)
     return parser
 
@@ -56,11 +56,7 @@ def run_fetch(args: argparse.Namespace) -> int:
         return 0
     from anypair.zoo import fetch
 
-    try:
-        paths = fetch(args.names or None, progress=not args.quiet)
-    except AnyPairError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    paths = fetch(args.names or None, progress=not args.quiet, verify=args.verify)  # errors: the top-level CLI prints them, exit 2
     for name, path in paths.items():
         print(f"{name}\t{path}")
     return 0

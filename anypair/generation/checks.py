@@ -1,0 +1,64 @@
+"""Input checks that need no model: generator options and request arguments. Each failure is a
+one-line InputError saying what is wrong and what to do. They run before anything loads, so the
+CLI rejects a bad flag in milliseconds instead of after loading two models."""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+from anypair.errors import InputError
+
+
+def check_options(num_draft_tokens: Optional[int], confidence_threshold: Optional[float],
+                  threads: Optional[int]) -> None:
+    """The generator's numeric options (None means the default for each)."""
+    if num_draft_tokens is not None and (not _is_int(num_draft_tokens) or num_draft_tokens < 1):
+        raise InputError(f"num_draft_tokens (-k) must be a positive integer, got {num_draft_tokens!r}: "
+                         "leave it unset for the default (to draft nothing: --no-assisted, assisted=False)")
+    if confidence_threshold is not None and not (_is_number(confidence_threshold) and 0 <= confidence_threshold <= 1):
+        raise InputError(f"confidence_threshold must be a probability in [0, 1], got {confidence_threshold!r} "
+                         "(0 turns confidence stopping off; leave it unset for the adaptive default)")
+    if threads is not None and (not _is_int(threads) or threads < 1):
+        raise InputError(f"threads must be a positive integer, got {threads!r}: leave it unset for torch's default")
+
+
+def check_text(text: str, what: str) -> None:
+    """Text a tokenizer can read: a str that is valid Unicode (no lone surrogates, which is what
+    bytes that are not UTF-8 become on a command line)."""
+    if not isinstance(text, str):
+        raise InputError(f"{what} must be a str, got {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError(
+            f"{what} is not valid Unicode: character {exc.start} is a lone surrogate U+{ord(text[exc.start]):04X} "
+            "(bytes that are not UTF-8 become these); pass UTF-8 text") from None
+
+
+def check_request(prompt: Optional[str], messages: Optional[Sequence[dict]], max_new_tokens: int) -> None:
+    """One request's text and length (the sampling arguments are SamplingConfig's to check)."""
+    if (prompt is None) == (messages is None):
+        raise InputError("pass exactly one of prompt= (raw text) or messages= (a chat conversation)")
+    if prompt is not None:
+        check_text(prompt, "the prompt")
+        if prompt == "":
+            raise InputError("the prompt is empty: give some text to continue")
+    if messages is not None:
+        if isinstance(messages, (str, dict)) or not messages:
+            raise InputError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
+        for i, message in enumerate(messages):
+            if not isinstance(message, dict) or not isinstance(message.get("role"), str) \
+                    or not isinstance(message.get("content"), str):
+                raise InputError(f"messages[{i}] must be a dict with a str 'role' and a str 'content', got {message!r}")
+            check_text(message["role"], f"messages[{i}]['role']")
+            check_text(message["content"], f"messages[{i}]['content']")
+    if not _is_int(max_new_tokens) or max_new_tokens < 1:
+        raise InputError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

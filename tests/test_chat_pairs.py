@@ -1,0 +1,42 @@
+"""Chat works for every pair: the target renders the conversation with its own chat template; a
+draft without one (a base model, the usual draft) reads the target's rendered text as raw text.
+Real zoo models (gemma-3-270m has no chat template), few tokens: assisted greedy output must equal
+the target's own."""
+from __future__ import annotations
+
+import pytest
+
+SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+GEMMA = "google/gemma-3-270m"
+MESSAGES = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
+N_NEW = 10
+
+
+@pytest.fixture(scope="module")
+def smol_with_gemma(zoo_fetch):
+    from anypair import AnyPairGenerator
+
+    return AnyPairGenerator(SMOL, GEMMA, dtype="fp32", draft_length="constant", num_draft_tokens=4)
+
+
+def test_base_model_draft_reads_the_targets_rendered_conversation(smol_with_gemma):
+    gen = smol_with_gemma
+    assert gen.target.has_chat_template and not gen.draft.has_chat_template
+    target_ids = gen.target.render(None, MESSAGES)
+    draft_ids = gen._draft_prompt_ids(None, MESSAGES, target_ids)
+    # the target's template text, chat markers included, in the draft's tokens with one BOS (the draft's)
+    rendered = gen.target.hf_tokenizer.decode(target_ids, skip_special_tokens=False)
+    assert "<|im_start|>user" in rendered and MESSAGES[0]["content"] in rendered
+    assert gen.draft.hf_tokenizer.decode(draft_ids[1:]) == rendered
+    assert draft_ids.count(gen.draft.tokenizer.bos_id) == 1 == (draft_ids[0] == gen.draft.tokenizer.bos_id)
+
+
+def test_chat_with_a_base_model_draft_equals_the_target_alone(smol_with_gemma):
+    gen = smol_with_gemma
+    alone = gen.generate(messages=MESSAGES, max_new_tokens=N_NEW, assisted=False)
+    assisted = gen.generate(messages=MESSAGES, max_new_tokens=N_NEW)
+    assert not assisted.stats.draft_failed, assisted.stats.draft_failure_reason
+    assert assisted.stats.draft_tokens_proposed > 0
+    assert assisted.target_ids == alone.target_ids
+    streamed = "".join(gen.stream(messages=MESSAGES, max_new_tokens=N_NEW))
+    assert streamed == alone.text

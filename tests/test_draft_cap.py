@@ -1,0 +1,31 @@
+"""`num_draft_tokens` (-k) is honoured as a cap on every round's proposal with the default
+settings (adaptive draft length, confidence stopping), not only by the constant policy."""
+from __future__ import annotations
+
+import pytest
+
+SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+PROMPT = "def fibonacci(n):\n    if n < 2:\n        return n\n"
+CAP = 2
+
+
+@pytest.mark.xfail(strict=True, reason="honoured by the policies package, issue 16")
+def test_num_draft_tokens_caps_proposals_with_the_defaults(zoo_fetch):
+    from anypair import AnyPairGenerator
+
+    # same vocabulary: one draft step proposes exactly one target token
+    gen = AnyPairGenerator(SMOL, SMOL, dtype="fp32", num_draft_tokens=CAP)
+    drafter = gen._model_drafter(None, None)  # the cached greedy drafter that generate() uses
+    asked, proposed = [], []
+    propose = drafter.propose
+
+    def recording_propose(max_draft_steps, max_target_tokens):
+        proposal = propose(max_draft_steps, max_target_tokens)
+        asked.append(max_draft_steps)
+        proposed.append(len(proposal))
+        return proposal
+
+    drafter.propose = recording_propose
+    assisted = gen.generate(PROMPT, max_new_tokens=24)
+    assert assisted.target_ids == gen.generate(PROMPT, max_new_tokens=24, assisted=False).target_ids
+    assert asked and max(asked) <= CAP and max(proposed) <= CAP, (asked, proposed)
