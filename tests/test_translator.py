@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import anypair.translator.sync as sync_module
 from anypair.inspect_pair import DEFAULT_SAMPLE_TEXT, HARD_STRINGS
 from anypair.tokenization.base import TokenizerAdapter
-from anypair.translator import DraftRealignment, DraftSync, TargetProposal, Translator, VocabMap
+from anypair.translator import DraftRealignment, DraftSync, Translation, Translator, VocabMap
 from anypair.translator.utf8 import incomplete_tail_length
 
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -129,7 +129,7 @@ def simulate(target_tok: TokenizerAdapter, draft_tok: TokenizerAdapter, text: st
     return {"rounds": rounds, "accepted": accepted_total}
 
 
-def check_proposal(target_tok: TokenizerAdapter, proposed: bytes, proposal: TargetProposal) -> None:
+def check_proposal(target_tok: TokenizerAdapter, proposed: bytes, proposal: Translation) -> None:
     assert target_tok.decode_bytes(proposal.target_ids) == proposed[: proposal.n_bytes]
     assert 0 <= proposal.n_stable <= len(proposal.target_ids)
     assert not set(proposal.target_ids) & set(target_tok.special_ids)
@@ -173,8 +173,8 @@ def test_utf8_split_edges(pair):
     # an unfinished trailing character is left out
     proposal = translator.draft_to_target(b"ab " + emoji[:2])
     assert proposal.n_bytes == 3 and target_tok.decode_bytes(proposal.target_ids) == b"ab "
-    assert translator.draft_to_target(emoji[:3]) == TargetProposal([], 0, 0)
-    assert translator.draft_to_target(b"") == TargetProposal([], 0, 0)
+    assert translator.draft_to_target(emoji[:3]) == Translation([], 0, 0)
+    assert translator.draft_to_target(b"") == Translation([], 0, 0)
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=_pair_id)
