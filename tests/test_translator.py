@@ -40,7 +40,7 @@ def _tokenizer_location(name: str) -> Path:
 
 @functools.lru_cache(maxsize=None)
 def tokenizer(name: str) -> TokenizerAdapter:
-    from anypair.tokenization import load_tokenizer
+    from anypair.zoo import load_tokenizer
 
     return load_tokenizer(str(_tokenizer_location(name)))
 
@@ -305,7 +305,7 @@ def test_vocab_map_identity_for_the_same_tokenizer_also_padded():
 
 
 def load_fresh(name: str) -> TokenizerAdapter:
-    from anypair.tokenization import load_tokenizer
+    from anypair.zoo import load_tokenizer
 
     return load_tokenizer(str(_tokenizer_location(name)))
 
