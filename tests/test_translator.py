@@ -226,6 +226,24 @@ def test_sync_holds_back_an_unfinished_character_and_finishes_it():
     assert sync.pending == b""
 
 
+def test_sync_holds_back_the_last_token_for_healing():
+    """Token healing: the draft's last token of the committed text becomes `pending`, so the draft
+    re-writes that tail its own way; nothing is held back while something is already pending."""
+    draft_tok = tokenizer("smollm2")
+    sync = DraftSync(draft_tok)
+    text = b"def add(a, b):\n    return"
+    realignment = sync.commit(text, [], hold_back_last_token=True)
+    appended = draft_tok.decode_bytes(realignment.append_draft_ids)
+    assert sync.pending and appended + sync.pending == text
+    assert sync.pending == draft_tok.decode_bytes(draft_tok.encode_continuation(text.decode())[-1:])
+    # the draft's next tokens must start with the held-back bytes; what follows is its proposal
+    assert sync.strip_pending(sync.pending + b" a + b") == b" a + b"
+    char = "中".encode()
+    sync.commit(b" " + char[:2], [], hold_back_last_token=True)
+    assert sync.pending == char[:2]  # an unfinished character pends; no token is held back with it
+    assert DraftSync(draft_tok).commit(text, []).append_draft_ids == draft_tok.encode_continuation(text.decode())
+
+
 def test_sync_keeps_the_longest_matching_prefix():
     draft_tok = tokenizer("smollm2")
     sync = DraftSync(draft_tok)
