@@ -133,7 +133,9 @@ class ScriptedDrafter(Drafter):
         self.script = script
         self._stops_by_confidence = stops_by_confidence
         self.raise_in, self.raise_on_call = raise_in, raise_on_call
-        self.confidence, self.draft_step_seconds, self.translate_seconds = confidence, draft_step_seconds, translate_seconds
+        self.confidence = confidence
+        self.draft_step_seconds = draft_step_seconds
+        self.translate_seconds = translate_seconds
         self.calls: Counter[str] = Counter()
         self.budgets: list[DraftBudget] = []
         self.context: list[int] = []

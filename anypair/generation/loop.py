@@ -22,7 +22,7 @@ from anypair.drafters.base import DraftRequest, Drafter, NoDrafter
 from anypair.generation.text import TextAssembler
 from anypair.policies import DraftLengthPolicy
 from anypair.tokenization.base import TokenizerAdapter
-from anypair.types import DraftBudget, GenerationResult, GenerationStats, Proposal, RoundFeedback
+from anypair.types import DraftBudget, GenerationResult, GenerationStats, Proposal, RoundFeedback, VerifyOutcome
 from anypair.verifiers.base import Verifier
 
 logger = logging.getLogger("anypair")
@@ -73,9 +73,9 @@ class DecodeSession:
         self.stats.draft_failure_reason = reason
         self.drafter = NoDrafter()
 
-    def _commit(self, new_ids: list[int]) -> bool:
+    def _commit(self, new_target_ids: list[int]) -> bool:
         """Append verified ids; returns True when generation must stop."""
-        for token in new_ids:
+        for token in new_target_ids:
             self.generated.append(token)
             if token in self.request.eos_ids:
                 self.finish_reason = "eos"
@@ -113,14 +113,24 @@ class DecodeSession:
             return Proposal([])
         return proposal
 
+    def _count_round(self, proposal: Proposal, outcome: VerifyOutcome) -> None:
+        stats = self.stats
+        stats.rounds += 1
+        stats.draft_tokens_proposed += len(proposal)
+        stats.draft_tokens_accepted += outcome.n_accepted
+        if len(proposal):
+            source = proposal.source
+            stats.proposals_by_source[source] = stats.proposals_by_source.get(source, 0) + len(proposal)
+            stats.accepted_by_source[source] = stats.accepted_by_source.get(source, 0) + outcome.n_accepted
+
     # -- the loop -----------------------------------------------------------------------------
     def __iter__(self) -> Iterator[str]:
         stats = self.stats
         started = time.perf_counter()
         logits = self._mask_padding(self.target.prefill(self.request.target_prompt_ids))
-        token = self.verifier.first_token(logits)
+        first_target_id = self.verifier.first_token(logits)
         stats.time_prefill_s = stats.time_to_first_token_s = time.perf_counter() - started
-        done = self._commit([token])
+        done = self._commit([first_target_id])
         chunk = self.text.take_new(final=done)
         if chunk:
             yield chunk
@@ -129,10 +139,10 @@ class DecodeSession:
             t0 = time.perf_counter()
             draft_request = self.request.draft_request or DraftRequest(list(self.request.target_prompt_ids))
             self._drafter_call("start", self.drafter.start, draft_request)
-            self._drafter_call("commit", self.drafter.commit, [token])
+            self._drafter_call("commit", self.drafter.commit, [first_target_id])
             stats.time_drafting_s += time.perf_counter() - t0
         self.policy.reset(confidence_stopping=self.drafter.stops_by_confidence)
-        last = token
+        last_target_id = first_target_id
         empty_rounds = 0
         while not done:
             # the target adds one token of its own after the proposal
@@ -145,30 +155,24 @@ class DecodeSession:
             stats.time_drafting_s += (t1 - t0) - proposal.translate_seconds
 
             cached = self.target.cached_length
-            scores = self._mask_padding(self.target.extend([last, *proposal.target_ids], all_logits=True))
+            scores = self._mask_padding(self.target.extend([last_target_id, *proposal.target_ids], all_logits=True))
             outcome = self.verifier.verify(scores, proposal)
             self.target.crop(cached + 1 + outcome.n_accepted)
             t2 = time.perf_counter()
             stats.time_verifying_s += t2 - t1
 
-            new_ids = list(proposal.target_ids[: outcome.n_accepted]) + [outcome.next_target_id]
-            stats.rounds += 1
-            stats.draft_tokens_proposed += len(proposal)
-            stats.draft_tokens_accepted += outcome.n_accepted
-            if len(proposal):
-                src = proposal.source
-                stats.proposals_by_source[src] = stats.proposals_by_source.get(src, 0) + len(proposal)
-                stats.accepted_by_source[src] = stats.accepted_by_source.get(src, 0) + outcome.n_accepted
-            done = self._commit(new_ids)
+            new_target_ids = list(proposal.target_ids[: outcome.n_accepted]) + [outcome.next_target_id]
+            self._count_round(proposal, outcome)
+            done = self._commit(new_target_ids)
             chunk = self.text.take_new(final=done)
             if chunk:
                 yield chunk
             if done:
                 break
-            last = outcome.next_target_id
+            last_target_id = outcome.next_target_id
 
             t3 = time.perf_counter()
-            self._drafter_call("commit", self.drafter.commit, new_ids)
+            self._drafter_call("commit", self.drafter.commit, new_target_ids)
             stats.time_drafting_s += time.perf_counter() - t3
             self.policy.update(RoundFeedback.of_round(budget, proposal, outcome, t1 - t0, t2 - t1))
             # an empty proposal is a normal answer from a drafter that stops when unsure

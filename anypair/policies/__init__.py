@@ -49,7 +49,8 @@ def make_policy(spec: Union[str, DraftLengthPolicy], num_draft_tokens: Optional[
         if num_draft_tokens is None:
             return AdaptiveLength(fixed_costs=fixed_costs)
         return AdaptiveLength(start=num_draft_tokens, maximum=num_draft_tokens, fixed_costs=fixed_costs)
-    raise ValueError(f"unknown draft-length policy {spec!r}: use 'constant', 'heuristic', 'adaptive' or a DraftLengthPolicy")
+    raise ValueError(f"unknown draft-length policy {spec!r}: use 'constant', 'heuristic', 'adaptive' "
+                     "or a DraftLengthPolicy")
 
 
 __all__ = [

@@ -3,8 +3,9 @@
 Invariant after every `commit`: the bytes of the draft's generated context == the committed
 generated text minus `pending`, where `pending` is the end of the committed text that the draft
 has not been given as tokens: an unfinished UTF-8 character it cannot write yet, or (token healing,
-see `drafters.model`) the bytes of its last token, held back so the draft re-writes them its own way. Every call works on the bytes of one
-round only (the draft's proposal and the newly committed bytes), never on the whole text.
+see `drafters.model`) the bytes of its last token, held back so the draft re-writes them its own
+way. Every call works on the bytes of one round only (the draft's proposal and the newly committed
+bytes), never on the whole text.
 """
 from __future__ import annotations
 
