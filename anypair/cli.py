@@ -16,7 +16,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-a", "--assistant-model", default=DEFAULT_DRAFT, help=f"draft model (default {DEFAULT_DRAFT})")
     p.add_argument("--drafter", choices=["model", "lookup", "hybrid"], default="model")
     p.add_argument("--draft-length", choices=["adaptive", "heuristic", "constant"], default="adaptive")
-    p.add_argument("-k", "--num-draft-tokens", type=int, default=None, help="starting (or constant) draft length")
+    p.add_argument("-k", "--num-draft-tokens", type=int, default=None,
+                   help="draft length: the constant one, the heuristic's start, or the adaptive policy's cap")
     p.add_argument("--confidence-threshold", type=float, default=None,
                    help="end a draft round once the draft's probability that its proposal is right falls below "
                         "this (default: set by the adaptive policy from measured costs; 0: off)")

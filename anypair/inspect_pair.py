@@ -164,7 +164,7 @@ def _hub_config(hub_id: str) -> Optional[dict]:
 def _load_tokenizer(location: Union[str, TokenizerAdapter]) -> TokenizerAdapter:
     if isinstance(location, TokenizerAdapter):
         return location
-    from anypair.tokenization import load_tokenizer
+    from anypair.zoo import load_tokenizer
 
     return load_tokenizer(location)
 

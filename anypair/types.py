@@ -1,11 +1,11 @@
-"""Typed records that cross module boundaries: configs, proposals, verification outcomes and
-generation results. Target-token ids and draft-token ids never share a field: every id list is
-named for the vocabulary it belongs to.
+"""Typed records that cross module boundaries: the sampling config, the round contract (budget,
+proposal, verification outcome, policy feedback) and generation results. Target-token ids and
+draft-token ids never share a field: every id list is named for the vocabulary it belongs to.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import torch
@@ -33,22 +33,49 @@ class SamplingConfig:
             raise InputError(f"top_p must be in (0, 1], got {self.top_p!r} (1 turns it off)")
 
 
-@dataclass
+# -- one round: the loop gives the drafter a budget, the drafter answers with a proposal, the
+# verifier with an outcome, and the policy learns from the feedback built out of all three.
+
+
+@dataclass(frozen=True)
+class DraftBudget:
+    """What the drafter may spend on one round."""
+
+    max_draft_steps: int  # draft forward steps (the policy's length; a lookup treats it as a token count)
+    max_target_tokens: int  # room left before max_new_tokens, less the token the target adds itself
+    # stop once the drafter's probability that its whole proposal is right would fall below this
+    # (0: never); only drafters that declare `stops_by_confidence` read it
+    stop_confidence: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.max_draft_steps < 0 or self.max_target_tokens < 0 or not 0 <= self.stop_confidence < 1:
+            raise ValueError(f"a draft budget needs non-negative limits and a stop confidence in [0, 1): {self}")
+
+
+@dataclass(frozen=True)
 class Proposal:
-    """What a drafter proposes for one round, already in the target's id space.
+    """What a drafter proposes for one round, already in the target's id space, with what the
+    policy needs to know about how it was made."""
 
-    `target_probs[i]` (sampling only) is the full distribution over target ids that the drafter
-    sampled `target_ids[i]` from, after its own temperature/top-k/top-p; shape [n, target_vocab].
-    """
-
-    target_ids: list[int]
+    target_ids: list[int]  # [n]
+    # sampling only: row i is the distribution over target ids that target_ids[i] was drawn from,
+    # after the drafter's own temperature/top-k/top-p; [n, target_vocab]
     target_probs: Optional[torch.Tensor] = None
     source: str = "model"  # which drafter produced it ("model", "lookup", ...)
-    # the drafter's own estimate of the probability that every proposed token is kept (model drafters)
+    # the drafter's own probability that every proposed token is kept (model drafters)
     confidence: Optional[float] = None
+    # part of the propose call spent translating draft text into target ids (in statistics apart)
+    translate_seconds: float = 0.0
+    # the drafter's estimate of one draft step's cost, if it measures one (the policy's cost model)
+    draft_step_seconds: Optional[float] = None
 
     def __len__(self) -> int:
         return len(self.target_ids)
+
+    def truncated(self, n_tokens: int) -> Proposal:
+        """The first `n_tokens` proposed tokens (with their distributions), everything else kept."""
+        probs = None if self.target_probs is None else self.target_probs[:n_tokens]
+        return replace(self, target_ids=self.target_ids[:n_tokens], target_probs=probs)
 
 
 @dataclass(frozen=True)
@@ -57,6 +84,26 @@ class VerifyOutcome:
 
     n_accepted: int
     next_target_id: int
+
+
+@dataclass(frozen=True)
+class RoundFeedback:
+    """What a draft-length policy learns from one round (see `RoundFeedback.of_round`)."""
+
+    draft_steps: int  # draft steps the budget allowed (0: the round did not draft)
+    proposed: int  # target tokens proposed
+    accepted: int  # target tokens accepted
+    draft_seconds: float  # the propose call by the loop's clock, translation included
+    verify_seconds: float  # the target's scoring pass and the verifier
+    draft_step_seconds: Optional[float]  # the drafter's own measurement of one step, if any
+    # the drafter's own probability that the whole proposal was right (model drafters), if any
+    predicted_confidence: Optional[float] = None
+
+    @classmethod
+    def of_round(cls, budget: DraftBudget, proposal: Proposal, outcome: VerifyOutcome,
+                 draft_seconds: float, verify_seconds: float) -> RoundFeedback:
+        return cls(budget.max_draft_steps, len(proposal), outcome.n_accepted, draft_seconds, verify_seconds,
+                   proposal.draft_step_seconds, proposal.confidence)
 
 
 @dataclass

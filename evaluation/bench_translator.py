@@ -48,7 +48,7 @@ WINDOW = 40  # rounds measured before each checkpoint
 
 
 def load(name: str) -> TokenizerAdapter:
-    from anypair.tokenization import load_tokenizer
+    from anypair.zoo import load_tokenizer
     from anypair.zoo import resolve_model, tokenizer_path
 
     if name in ("llama-spm", "phi-3", "starcoder"):

@@ -14,11 +14,11 @@ class SnippetDrafter(Drafter):
     def start(self, request):
         self.last = request.target_prompt_ids[-1]
 
-    def propose(self, max_draft_steps, max_target_tokens):
+    def propose(self, budget):  # a DraftBudget: max_draft_steps, max_target_tokens, stop_confidence
         if self.last in self.snippet_ids[:-1]:
             at = self.snippet_ids.index(self.last)
-            return Proposal(self.snippet_ids[at + 1:][:max_target_tokens], source=self.name)
-        return Proposal([])
+            return Proposal(self.snippet_ids[at + 1:][:budget.max_target_tokens], source=self.name)
+        return Proposal([], source=self.name)
 
     def commit(self, new_target_ids):
         self.last = new_target_ids[-1]

@@ -147,7 +147,7 @@ def test_draft_failure_falls_back_to_target(models):
         def start(self, request):
             pass
 
-        def propose(self, max_draft_steps, max_target_tokens):
+        def propose(self, budget):
             self.rounds += 1
             if self.rounds > 2:
                 raise RuntimeError("draft model crashed")
@@ -171,7 +171,7 @@ def test_garbage_proposals_are_rejected(models):
         def start(self, request):
             pass
 
-        def propose(self, max_draft_steps, max_target_tokens):
+        def propose(self, budget):
             return Proposal([10**9], source="garbage")
 
         def commit(self, ids):

@@ -151,7 +151,7 @@ def sample_requests(gen, cfg: SamplingConfig, n: int, seed: int, assisted: bool 
         drafter.confidence_threshold = stop_confidence  # 0: always the full length
     verifier = (verifier_cls or SamplingVerifier)(cfg, generator)
     target_ids = gen.target.render(PROMPT, None)
-    draft_request = DraftRequest(target_ids, prompt=PROMPT, prompt_bytes=gen.target.tokenizer.decode_bytes(target_ids))
+    draft_request = DraftRequest(target_ids, prompt=PROMPT)
     # no EOS: every request runs its N_NEW tokens, so every position has n samples
     request = DecodeRequest(target_ids, N_NEW, frozenset(), (), draft_request)
     tokens, proposed, accepted, failures, rounds = [], 0, 0, 0, 0

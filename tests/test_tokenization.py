@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from anypair.errors import TokenizerError
-from anypair.tokenization import from_hf, load_tokenizer, same_vocabulary
+from anypair.tokenization import from_hf, same_vocabulary
+from anypair.zoo import load_tokenizer
 from anypair.tokenization.base import TokenizerAdapter
 
 QWEN_MODEL = "Qwen/Qwen2.5-Coder-0.5B-Instruct"
@@ -418,3 +419,22 @@ def test_lone_surrogate_is_a_tokenizer_error_in_every_adapter(family):
     for encode in (tok.encode_continuation, tok.encode):
         with pytest.raises(TokenizerError, match="lone surrogate"):
             encode("x = '\udcff'")
+
+
+def test_tokenization_does_not_reach_into_the_zoo():
+    """Tokenizer adapters read files; finding and fetching them by family name is the zoo's job
+    (`anypair.zoo.load_tokenizer`), which builds on this package, not the other way round."""
+    import ast
+
+    import anypair.tokenization
+
+    folder = Path(anypair.tokenization.__file__).parent
+    imported = set()
+    for source in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+    assert not [name for name in imported if name.startswith("anypair.zoo")]
+    assert "anypair.tokenization" in {name.rsplit(".", 1)[0] for name in imported}  # the walk saw imports

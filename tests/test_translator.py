@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import anypair.translator.sync as sync_module
 from anypair.inspect_pair import DEFAULT_SAMPLE_TEXT, HARD_STRINGS
 from anypair.tokenization.base import TokenizerAdapter
-from anypair.translator import DraftRealignment, DraftSync, TargetProposal, Translator, VocabMap
+from anypair.translator import DraftRealignment, DraftSync, Translation, Translator, VocabMap
 from anypair.translator.utf8 import incomplete_tail_length
 
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -40,7 +40,7 @@ def _tokenizer_location(name: str) -> Path:
 
 @functools.lru_cache(maxsize=None)
 def tokenizer(name: str) -> TokenizerAdapter:
-    from anypair.tokenization import load_tokenizer
+    from anypair.zoo import load_tokenizer
 
     return load_tokenizer(str(_tokenizer_location(name)))
 
@@ -129,7 +129,7 @@ def simulate(target_tok: TokenizerAdapter, draft_tok: TokenizerAdapter, text: st
     return {"rounds": rounds, "accepted": accepted_total}
 
 
-def check_proposal(target_tok: TokenizerAdapter, proposed: bytes, proposal: TargetProposal) -> None:
+def check_proposal(target_tok: TokenizerAdapter, proposed: bytes, proposal: Translation) -> None:
     assert target_tok.decode_bytes(proposal.target_ids) == proposed[: proposal.n_bytes]
     assert 0 <= proposal.n_stable <= len(proposal.target_ids)
     assert not set(proposal.target_ids) & set(target_tok.special_ids)
@@ -173,8 +173,8 @@ def test_utf8_split_edges(pair):
     # an unfinished trailing character is left out
     proposal = translator.draft_to_target(b"ab " + emoji[:2])
     assert proposal.n_bytes == 3 and target_tok.decode_bytes(proposal.target_ids) == b"ab "
-    assert translator.draft_to_target(emoji[:3]) == TargetProposal([], 0, 0)
-    assert translator.draft_to_target(b"") == TargetProposal([], 0, 0)
+    assert translator.draft_to_target(emoji[:3]) == Translation([], 0, 0)
+    assert translator.draft_to_target(b"") == Translation([], 0, 0)
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=_pair_id)
@@ -224,6 +224,24 @@ def test_sync_holds_back_an_unfinished_character_and_finishes_it():
     assert sync.pending == b""
     sync.reset()
     assert sync.pending == b""
+
+
+def test_sync_holds_back_the_last_token_for_healing():
+    """Token healing: the draft's last token of the committed text becomes `pending`, so the draft
+    re-writes that tail its own way; nothing is held back while something is already pending."""
+    draft_tok = tokenizer("smollm2")
+    sync = DraftSync(draft_tok)
+    text = b"def add(a, b):\n    return"
+    realignment = sync.commit(text, [], hold_back_last_token=True)
+    appended = draft_tok.decode_bytes(realignment.append_draft_ids)
+    assert sync.pending and appended + sync.pending == text
+    assert sync.pending == draft_tok.decode_bytes(draft_tok.encode_continuation(text.decode())[-1:])
+    # the draft's next tokens must start with the held-back bytes; what follows is its proposal
+    assert sync.strip_pending(sync.pending + b" a + b") == b" a + b"
+    char = "中".encode()
+    sync.commit(b" " + char[:2], [], hold_back_last_token=True)
+    assert sync.pending == char[:2]  # an unfinished character pends; no token is held back with it
+    assert DraftSync(draft_tok).commit(text, []).append_draft_ids == draft_tok.encode_continuation(text.decode())
 
 
 def test_sync_keeps_the_longest_matching_prefix():
@@ -305,7 +323,7 @@ def test_vocab_map_identity_for_the_same_tokenizer_also_padded():
 
 
 def load_fresh(name: str) -> TokenizerAdapter:
-    from anypair.tokenization import load_tokenizer
+    from anypair.zoo import load_tokenizer
 
     return load_tokenizer(str(_tokenizer_location(name)))
 

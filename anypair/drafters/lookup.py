@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from anypair.drafters.base import DraftRequest, Drafter
-from anypair.types import Proposal
+from anypair.types import DraftBudget, Proposal
 
 
 class PromptLookupDrafter(Drafter):
@@ -52,9 +52,11 @@ class PromptLookupDrafter(Drafter):
                 return n, start
         return 0, -1
 
-    def propose(self, max_draft_steps: int, max_target_tokens: int, min_match: Optional[int] = None) -> Proposal:
+    def propose(self, budget: DraftBudget, min_match: Optional[int] = None) -> Proposal:
+        """The continuation of the longest match (at least `min_match` long, if given), as many
+        tokens as the budget has draft steps: a lookup step costs next to nothing."""
         n, start = self.match()
         if n == 0 or (min_match is not None and n < min_match):
             return Proposal([], source=self.name)
-        limit = min(max_target_tokens, max(max_draft_steps, 1))
+        limit = min(budget.max_target_tokens, max(budget.max_draft_steps, 1))
         return Proposal(self._ids[start : start + limit], source=self.name)

@@ -27,7 +27,7 @@ import torch
 from anypair.backends.base import ModelBackend
 from anypair.drafters.base import DraftRequest, Drafter
 from anypair.tokenization.base import TokenizerAdapter
-from anypair.types import Proposal, SamplingConfig
+from anypair.types import DraftBudget, Proposal, SamplingConfig
 
 PromptRenderer = Callable[[DraftRequest], list[int]]
 
@@ -56,9 +56,8 @@ class ModelDrafter(Drafter):
         self.target_tok = target_tok
         self.render_prompt = render_prompt
         self.same_vocabulary = vocab_equal(target_tok, draft_tok) if same_vocabulary is None else same_vocabulary
-        # None: follow the policy's advice (set_stop_confidence); a number: always that; 0: never stop early
+        # None: follow the policy's advice (DraftBudget.stop_confidence); a number: always that; 0: never stop early
         self.confidence_threshold = confidence_threshold
-        self._advised_confidence = 0.0
         self.sampling = sampling if sampling is not None and sampling.do_sample else None
         if sampled_drafts not in ("greedy", "intersection"):
             raise ValueError(f"sampled_drafts must be 'greedy' or 'intersection', got {sampled_drafts!r}")
@@ -70,7 +69,6 @@ class ModelDrafter(Drafter):
         self._context_ids: list[int] = []  # draft ids (target ids on the same-vocabulary path)
         self._proposed_draft_ids: list[int] = []
         self._step_seconds: Optional[float] = None
-        self.translate_seconds = 0.0  # accumulated, read by the loop for statistics
         # logits rows the draft may pick: its real tokens, minus padded rows
         self._n_real = min(draft_tok.vocab_size, backend.vocab_size)
         self._draft_eos = frozenset(draft_tok.eos_ids)
@@ -110,7 +108,9 @@ class ModelDrafter(Drafter):
         if len(self._context_ids) > 1:
             self.backend.extend(self._context_ids[:-1])
 
-    def step_cost_hint(self) -> Optional[float]:
+    @property
+    def step_seconds(self) -> Optional[float]:
+        """The measured cost of one single-token draft step (smoothed), once measured."""
         return self._step_seconds
 
     @property
@@ -119,8 +119,12 @@ class ModelDrafter(Drafter):
         # time of the draft's process, and rejection sampling stays exact for any such length
         return self.confidence_threshold != 0
 
-    def set_stop_confidence(self, threshold: float) -> None:
-        self._advised_confidence = threshold
+    def _stop_threshold(self, budget: DraftBudget) -> float:
+        return budget.stop_confidence if self.confidence_threshold is None else self.confidence_threshold
+
+    def _proposal(self, target_ids: list[int], confidence: Optional[float] = None,
+                  target_probs: Optional[torch.Tensor] = None, translate_seconds: float = 0.0) -> Proposal:
+        return Proposal(target_ids, target_probs, self.name, confidence, translate_seconds, self._step_seconds)
 
     # -- drafting ----------------------------------------------------------------------------
     def _next_logits(self) -> torch.Tensor:
@@ -151,8 +155,9 @@ class ModelDrafter(Drafter):
                 self._healing_masks[prefix] = allowed
         return allowed
 
-    def _pick(self, logits: torch.Tensor, must_start_with: bytes = b"") -> tuple[int, float]:
-        """The draft's greedy choice among its real tokens and its confidence in it."""
+    def _pick(self, logits: torch.Tensor, threshold: float, must_start_with: bytes = b"") -> tuple[int, float]:
+        """The draft's greedy choice among its real tokens and its confidence in it (computed only
+        when a stop `threshold` needs it)."""
         logits = logits[: self._n_real]
         if must_start_with:
             allowed = self._tokens_starting_with(must_start_with)
@@ -164,27 +169,23 @@ class ModelDrafter(Drafter):
             logits = logits.clone()
             logits[self._banned[self._banned < self._n_real]] = float("-inf")
         token = int(logits.argmax())
-        if self._stop_threshold() > 0:
+        if threshold > 0:
             confidence = float(torch.softmax(logits, dim=-1)[token])
         else:
             confidence = 1.0
         return token, confidence
 
-    def _stop_threshold(self) -> float:
-        if self.confidence_threshold is not None:
-            return self.confidence_threshold
-        return self._advised_confidence
-
-    def propose(self, max_draft_steps: int, max_target_tokens: int) -> Proposal:
+    def propose(self, budget: DraftBudget) -> Proposal:
+        max_draft_steps, max_target_tokens = budget.max_draft_steps, budget.max_target_tokens
+        threshold = self._stop_threshold(budget)
         if max_draft_steps <= 0 or max_target_tokens <= 0:
             self._proposed_draft_ids = []
-            return Proposal([], source=self.name)
+            return self._proposal([])
         if self.draws_samples:
-            return self._propose_sampled(max_draft_steps, max_target_tokens)
+            return self._propose_sampled(max_draft_steps, max_target_tokens, threshold)
         new_ids: list[int] = []
         finished = False
         heal = self.sync.pending if self.token_healing else b""
-        threshold = self._stop_threshold()
         # the draft's probability that its whole proposal so far is right: a token that would take
         # it below the threshold is worth less than the verification it costs, so it is left out
         sure_so_far = 1.0
@@ -192,7 +193,7 @@ class ModelDrafter(Drafter):
         for step in range(max_draft_steps + (1 if heal else 0)):
             logits = self._next_logits()
             healing_step = step == 0 and bool(heal)
-            token, confidence = self._pick(logits, heal if healing_step else b"")
+            token, confidence = self._pick(logits, threshold, heal if healing_step else b"")
             if token in self._draft_eos:
                 finished = True
                 break
@@ -205,24 +206,21 @@ class ModelDrafter(Drafter):
                 break
         self._proposed_draft_ids = new_ids
         if self.same_vocabulary:
-            return Proposal(new_ids[:max_target_tokens], source=self.name, confidence=sure_so_far)
-        proposal = self._translate(new_ids, finished, max_target_tokens)
-        proposal.confidence = sure_so_far
-        return proposal
-
-    def _translate(self, new_draft_ids: list[int], finished: bool, max_target_tokens: int) -> Proposal:
+            return self._proposal(new_ids[:max_target_tokens], sure_so_far)
         started = time.perf_counter()
-        try:
-            text = self.draft_tok.decode_bytes(new_draft_ids)
-            proposed = self.sync.strip_pending(text)
-            if not proposed:
-                return Proposal([], source=self.name)
-            translated = self.translator.draft_to_target(proposed, draft_finished=finished)
-            return Proposal(list(translated.target_ids[: min(translated.n_stable, max_target_tokens)]), source=self.name)
-        finally:
-            self.translate_seconds += time.perf_counter() - started
+        target_ids = self._translate(new_ids, finished, max_target_tokens)
+        return self._proposal(target_ids, sure_so_far, translate_seconds=time.perf_counter() - started)
 
-    def _propose_sampled(self, max_draft_steps: int, max_target_tokens: int) -> Proposal:
+    def _translate(self, new_draft_ids: list[int], finished: bool, max_target_tokens: int) -> list[int]:
+        """Target ids for the draft's new tokens: the stable part of their translation."""
+        text = self.draft_tok.decode_bytes(new_draft_ids)
+        proposed = self.sync.strip_pending(text)
+        if not proposed:
+            return []
+        translation = self.translator.draft_to_target(proposed, draft_finished=finished)
+        return list(translation.target_ids[: min(translation.n_stable, max_target_tokens)])
+
+    def _propose_sampled(self, max_draft_steps: int, max_target_tokens: int, threshold: float) -> Proposal:
         """Token-level intersection sampling: the draft samples among tokens the target also has;
         each sampled draft token IS a target token (identical bytes), with its distribution."""
         from anypair.sampling import sample_draft_token
@@ -231,8 +229,7 @@ class ModelDrafter(Drafter):
             # the committed text ends inside a UTF-8 character the draft cannot write yet: its next
             # token would not continue the target's text, so this round is one target sample
             self._proposed_draft_ids = []
-            return Proposal([], source=self.name)
-        threshold = self._stop_threshold()
+            return self._proposal([])
         sure_so_far = 1.0
         new_ids: list[int] = []
         target_ids: list[int] = []
@@ -255,8 +252,8 @@ class ModelDrafter(Drafter):
             dists.append(q_target)
         self._proposed_draft_ids = new_ids
         if not target_ids:
-            return Proposal([], source=self.name)
-        return Proposal(target_ids, target_probs=torch.stack(dists), source=self.name, confidence=sure_so_far)
+            return self._proposal([])
+        return self._proposal(target_ids, sure_so_far, target_probs=torch.stack(dists))
 
     # -- after verification ------------------------------------------------------------------
     def commit(self, new_target_ids: Sequence[int]) -> None:
@@ -265,19 +262,11 @@ class ModelDrafter(Drafter):
         if self.same_vocabulary:
             self._commit_same_vocabulary(list(new_target_ids), proposed)
             return
-        started = time.perf_counter()
         committed = self.target_tok.decode_bytes(new_target_ids)
-        realignment = self.sync.commit(committed, proposed)
-        self.translate_seconds += time.perf_counter() - started
+        realignment = self.sync.commit(committed, proposed, hold_back_last_token=self.token_healing)
         kept = len(self._context_ids) - realignment.n_drop
-        append = list(realignment.append_draft_ids)
-        if self.token_healing and append and not self.sync.pending:
-            held_back = self.draft_tok.token_bytes(append[-1])
-            if held_back:
-                append.pop()
-                self.sync.pending = held_back
         del self._context_ids[kept:]
-        self._context_ids.extend(append)
+        self._context_ids.extend(realignment.append_draft_ids)
         if self.backend.cached_length > kept:
             self.backend.crop(kept)
 

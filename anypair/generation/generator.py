@@ -17,7 +17,7 @@ from anypair.drafters.base import DraftRequest, Drafter, NoDrafter
 from anypair.errors import InputError
 from anypair.generation.checks import check_options, check_request
 from anypair.generation.loop import DecodeRequest, DecodeSession
-from anypair.policies import AdaptiveLength, DraftLengthPolicy, StepCosts, estimated_step_costs, make_policy
+from anypair.policies import DraftLengthPolicy, StepCosts, estimated_step_costs, make_policy
 from anypair.types import GenerationResult, SamplingConfig
 
 ModelSpec = Union[str, "os.PathLike[str]", tuple]  # hub id, local folder, .gguf file, or (model, hf_tokenizer)
@@ -45,7 +45,8 @@ class AnyPairGenerator:
         drafter: "model" (the draft model), "lookup" (n-grams from prompt and output, no model),
             "hybrid" (lookup when it has a long match, the model otherwise) or a `Drafter`.
         draft_length: "adaptive" (default), "heuristic", "constant" or a `DraftLengthPolicy`;
-            `num_draft_tokens` is its starting (or constant) value.
+            `num_draft_tokens` is the constant length, the heuristic's start, or the adaptive
+            policy's cap (where it also starts).
         confidence_threshold: the draft model ends a round once its probability that the whole
             proposal is right (the product of its top probabilities) would fall below this.
             None (default): the adaptive policy sets it each round from the measured costs; 0: off.
@@ -252,8 +253,7 @@ class AnyPairGenerator:
             generator = torch.Generator(device="cpu")
             generator.manual_seed(seed if seed is not None else torch.seed())
         drafter = self._drafter(assisted, sampling, generator)
-        draft_request = DraftRequest(target_ids, prompt=prompt, messages=list(messages) if messages else None,
-                                     prompt_bytes=self.target.tokenizer.decode_bytes(target_ids))
+        draft_request = DraftRequest(target_ids, prompt=prompt, messages=list(messages) if messages else None)
         if self.draft is not None and assisted and self.drafter_spec in ("model", "hybrid"):
             draft_ids = target_ids if self.same_vocabulary else self._draft_prompt_ids(prompt, messages, target_ids)
             draft_limit = self.draft_backend.max_context
@@ -261,12 +261,12 @@ class AnyPairGenerator:
                 raise InputError(
                     f"prompt ({len(draft_ids)} draft tokens) + max_new_tokens ({max_new_tokens}) exceeds the draft's "
                     f"context of {draft_limit} tokens: use a draft with a longer context, drafter='lookup', or assisted=False")
+        fixed_costs = None
         if sampling.do_sample and seed is not None and self.draft_length == "adaptive":
             # measured timings would make the number of random draws per round, and so the sampled
             # text, depend on machine load: seeded sampling plans with a cost model from model sizes
-            policy = AdaptiveLength(start=self.num_draft_tokens or 5, fixed_costs=self._estimated_costs())
-        else:
-            policy = make_policy(self.draft_length, self.num_draft_tokens)
+            fixed_costs = self._estimated_costs()
+        policy = make_policy(self.draft_length, self.num_draft_tokens, fixed_costs=fixed_costs)
         request = DecodeRequest(target_ids, max_new_tokens, self.target.eos_ids, stop_strings, draft_request)
         return DecodeSession(self.target_backend, self.target.tokenizer, drafter, self._verifier(sampling, generator),
                              policy, request)

@@ -1,10 +1,12 @@
 """The speculative decoding loop: prefill, then rounds of propose -> verify -> commit.
 
-Per round the target scores [last committed token, *proposal] in ONE forward pass; the verifier
-decides how many proposed tokens to keep and adds the target's own next token; the target's KV
-cache is cropped to what was kept; the drafter learns what was committed. Nothing re-encodes the
-context. If the drafter raises (or keeps proposing nothing), the loop goes on with the target alone
-— the output is the same, only slower — and the statistics say why.
+Per round the policy sets the drafter's `DraftBudget`; the drafter returns a `Proposal`; the target
+scores [last committed token, *proposal] in ONE forward pass; the verifier decides how many
+proposed tokens to keep and adds the target's own next token; the target's KV cache is cropped to
+what was kept; the drafter learns what was committed and the policy gets the round's
+`RoundFeedback`. Nothing re-encodes the context. If the drafter raises, proposes ids outside the
+target's vocabulary, or keeps proposing nothing, the loop goes on with the target alone (the
+output is the same, only slower) and the statistics say why.
 """
 from __future__ import annotations
 
@@ -18,9 +20,9 @@ import torch
 from anypair.backends.base import ModelBackend
 from anypair.drafters.base import DraftRequest, Drafter, NoDrafter
 from anypair.generation.text import TextAssembler
-from anypair.policies import DraftLengthPolicy, RoundFeedback
+from anypair.policies import DraftLengthPolicy
 from anypair.tokenization.base import TokenizerAdapter
-from anypair.types import GenerationResult, GenerationStats, Proposal
+from anypair.types import DraftBudget, GenerationResult, GenerationStats, Proposal, RoundFeedback, VerifyOutcome
 from anypair.verifiers.base import Verifier
 
 logger = logging.getLogger("anypair")
@@ -71,9 +73,9 @@ class DecodeSession:
         self.stats.draft_failure_reason = reason
         self.drafter = NoDrafter()
 
-    def _commit(self, new_ids: list[int]) -> bool:
+    def _commit(self, new_target_ids: list[int]) -> bool:
         """Append verified ids; returns True when generation must stop."""
-        for token in new_ids:
+        for token in new_target_ids:
             self.generated.append(token)
             if token in self.request.eos_ids:
                 self.finish_reason = "eos"
@@ -94,14 +96,41 @@ class DecodeSession:
             self._disable_drafter(f"drafter {what} raised {type(exc).__name__}: {exc}")
             return None
 
+    def _propose(self, budget: DraftBudget) -> Proposal:
+        """The drafter's proposal within `budget`, cut to the room left; empty when the policy
+        chose a plain target step, and empty (the drafter disabled) when it raised or proposed ids
+        the target does not have."""
+        if budget.max_draft_steps == 0:
+            return Proposal([])
+        proposal = self._drafter_call("propose", self.drafter.propose, budget)
+        if proposal is None:
+            return Proposal([])
+        if len(proposal) > budget.max_target_tokens:
+            proposal = proposal.truncated(budget.max_target_tokens)
+        outside = [t for t in proposal.target_ids if not 0 <= t < self._n_real]
+        if outside:
+            self._disable_drafter(f"drafter proposed ids outside the target vocabulary: {outside[:5]}")
+            return Proposal([])
+        return proposal
+
+    def _count_round(self, proposal: Proposal, outcome: VerifyOutcome) -> None:
+        stats = self.stats
+        stats.rounds += 1
+        stats.draft_tokens_proposed += len(proposal)
+        stats.draft_tokens_accepted += outcome.n_accepted
+        if len(proposal):
+            source = proposal.source
+            stats.proposals_by_source[source] = stats.proposals_by_source.get(source, 0) + len(proposal)
+            stats.accepted_by_source[source] = stats.accepted_by_source.get(source, 0) + outcome.n_accepted
+
     # -- the loop -----------------------------------------------------------------------------
     def __iter__(self) -> Iterator[str]:
         stats = self.stats
         started = time.perf_counter()
         logits = self._mask_padding(self.target.prefill(self.request.target_prompt_ids))
-        token = self.verifier.first_token(logits)
+        first_target_id = self.verifier.first_token(logits)
         stats.time_prefill_s = stats.time_to_first_token_s = time.perf_counter() - started
-        done = self._commit([token])
+        done = self._commit([first_target_id])
         chunk = self.text.take_new(final=done)
         if chunk:
             yield chunk
@@ -110,67 +139,44 @@ class DecodeSession:
             t0 = time.perf_counter()
             draft_request = self.request.draft_request or DraftRequest(list(self.request.target_prompt_ids))
             self._drafter_call("start", self.drafter.start, draft_request)
-            self._drafter_call("commit", self.drafter.commit, [token])
+            self._drafter_call("commit", self.drafter.commit, [first_target_id])
             stats.time_drafting_s += time.perf_counter() - t0
-        self.policy.reset()
-        self.policy.use_confidence_stopping(getattr(self.drafter, "stops_by_confidence", False))
-        last = token
+        self.policy.reset(confidence_stopping=self.drafter.stops_by_confidence)
+        last_target_id = first_target_id
         empty_rounds = 0
         while not done:
-            remaining = self.request.max_new_tokens - len(self.generated)
-            k = self.policy.next_length()
-            translate_before = getattr(self.drafter, "translate_seconds", 0.0)
+            # the target adds one token of its own after the proposal
+            room = self.request.max_new_tokens - len(self.generated) - 1
+            budget = DraftBudget(self.policy.next_length(), room, self.policy.stop_confidence())
             t0 = time.perf_counter()
-            if k > 0:
-                advise = getattr(self.drafter, "set_stop_confidence", None)
-                if advise is not None:
-                    advise(self.policy.stop_confidence())
-                proposal = self._drafter_call("propose", self.drafter.propose, k, remaining - 1) or Proposal([])
-            else:  # the policy decided drafting does not pay right now: a plain target step
-                proposal = Proposal([])
-            if len(proposal) > remaining - 1:
-                proposal = Proposal(proposal.target_ids[: remaining - 1],
-                                    None if proposal.target_probs is None else proposal.target_probs[: remaining - 1],
-                                    proposal.source, proposal.confidence)
-            bad = [t for t in proposal.target_ids if not 0 <= t < self._n_real]
-            if bad:
-                self._disable_drafter(f"drafter proposed ids outside the target vocabulary: {bad[:5]}")
-                proposal = Proposal([])
+            proposal = self._propose(budget)
             t1 = time.perf_counter()
-            translate_seconds = getattr(self.drafter, "translate_seconds", 0.0) - translate_before
-            stats.time_translating_s += translate_seconds
-            stats.time_drafting_s += (t1 - t0) - translate_seconds
+            stats.time_translating_s += proposal.translate_seconds
+            stats.time_drafting_s += (t1 - t0) - proposal.translate_seconds
 
             cached = self.target.cached_length
-            scores = self._mask_padding(self.target.extend([last, *proposal.target_ids], all_logits=True))
+            scores = self._mask_padding(self.target.extend([last_target_id, *proposal.target_ids], all_logits=True))
             outcome = self.verifier.verify(scores, proposal)
             self.target.crop(cached + 1 + outcome.n_accepted)
             t2 = time.perf_counter()
             stats.time_verifying_s += t2 - t1
 
-            new_ids = list(proposal.target_ids[: outcome.n_accepted]) + [outcome.next_target_id]
-            stats.rounds += 1
-            stats.draft_tokens_proposed += len(proposal)
-            stats.draft_tokens_accepted += outcome.n_accepted
-            if len(proposal):
-                src = proposal.source
-                stats.proposals_by_source[src] = stats.proposals_by_source.get(src, 0) + len(proposal)
-                stats.accepted_by_source[src] = stats.accepted_by_source.get(src, 0) + outcome.n_accepted
-            done = self._commit(new_ids)
+            new_target_ids = list(proposal.target_ids[: outcome.n_accepted]) + [outcome.next_target_id]
+            self._count_round(proposal, outcome)
+            done = self._commit(new_target_ids)
             chunk = self.text.take_new(final=done)
             if chunk:
                 yield chunk
             if done:
                 break
-            last = outcome.next_target_id
+            last_target_id = outcome.next_target_id
 
             t3 = time.perf_counter()
-            self._drafter_call("commit", self.drafter.commit, new_ids)
+            self._drafter_call("commit", self.drafter.commit, new_target_ids)
             stats.time_drafting_s += time.perf_counter() - t3
-            self.policy.update(RoundFeedback(k, len(proposal), outcome.n_accepted, t1 - t0, t2 - t1,
-                                             self.drafter.step_cost_hint(), proposal.confidence))
+            self.policy.update(RoundFeedback.of_round(budget, proposal, outcome, t1 - t0, t2 - t1))
             # an empty proposal is a normal answer from a drafter that stops when unsure
-            nothing_usable = not len(proposal) and k > 0 and not getattr(self.drafter, "stops_by_confidence", False)
+            nothing_usable = not len(proposal) and budget.max_draft_steps > 0 and not self.drafter.stops_by_confidence
             empty_rounds = empty_rounds + 1 if nothing_usable else 0
             if empty_rounds >= MAX_EMPTY_ROUNDS and not isinstance(self.drafter, NoDrafter):
                 self._disable_drafter(f"the drafter proposed nothing usable in {MAX_EMPTY_ROUNDS} consecutive rounds")

@@ -1,8 +1,9 @@
 """Tokenizer adapters: one `TokenizerAdapter` surface over every tokenizer family anypair meets.
 
-    from anypair.tokenization import load_tokenizer, same_vocabulary
-    qwen = load_tokenizer("qwen2")                      # a zoo family (fetched if missing)
-    mine = load_tokenizer("/path/to/tokenizer.json")    # or a file / HF folder
+    from anypair.tokenization import load_tokenizer_file, same_vocabulary
+    mine = load_tokenizer_file("/path/to/tokenizer.json")    # a file or an HF folder
+
+Zoo family names ("qwen2", fetched if missing) are the zoo's business: `anypair.zoo.load_tokenizer`.
 """
 from __future__ import annotations
 
@@ -22,41 +23,12 @@ def from_hf(hf_tokenizer, model_vocab_size: int | None = None) -> HFTokenizerAda
     return HFTokenizerAdapter.from_hf(hf_tokenizer, model_vocab_size=model_vocab_size)
 
 
-def load_tokenizer(name_or_path: str | Path) -> TokenizerAdapter:
-    """A zoo tokenizer family name, or a path to tokenizer.json / .model / .tiktoken / .gguf /
-    Tekken json / GPT-2 encoder.json folder / HF folder."""
-    from anypair.zoo.registry import TOKENIZER_FAMILIES
-
-    name = str(name_or_path)
-    if name in TOKENIZER_FAMILIES and not Path(name).exists():
-        return _load_family(name)
-    path = Path(name).expanduser()
+def load_tokenizer_file(path: str | Path) -> TokenizerAdapter:
+    """A tokenizer.json / .model / .tiktoken / .gguf / Tekken json / GPT-2 encoder.json folder /
+    HF folder; the adapter is picked from the file's name and contents."""
+    path = Path(path).expanduser()
     if not path.exists():
-        raise TokenizerError(
-            f"{name!r} is neither a tokenizer family ({', '.join(TOKENIZER_FAMILIES)}) nor an "
-            "existing file or folder"
-        )
-    return load_tokenizer_file(path)
-
-
-def _load_family(family: str) -> TokenizerAdapter:
-    from anypair.zoo import tokenizer_path
-
-    path = tokenizer_path(family)
-    if family == "llama-cpp-vocab":
-        raise TokenizerError(
-            "'llama-cpp-vocab' is a folder of GGUF vocabularies; load one of its "
-            "ggml-vocab-*.gguf files by path"
-        )
-    if family == "llama3-tiktoken":
-        from anypair.tokenization.tiktoken_adapter import llama3_encoding
-
-        return llama3_encoding(path)
-    return load_tokenizer_file(path)
-
-
-def load_tokenizer_file(path: Path) -> TokenizerAdapter:
-    """Pick the adapter from the file's name and contents."""
+        raise TokenizerError(f"{str(path)!r} is no existing tokenizer file or folder")
     if path.is_dir():
         return _load_folder(path)
     suffixes = path.name.lower()
@@ -158,7 +130,6 @@ __all__ = [
     "TokenizerAdapter",
     "TokenizerError",
     "from_hf",
-    "load_tokenizer",
     "load_tokenizer_file",
     "same_vocabulary",
 ]

@@ -19,7 +19,7 @@ from tiktoken.load import load_tiktoken_bpe
 
 from anypair.errors import TokenizerError
 from anypair.tokenization.base import TableTokenizerAdapter
-from anypair.zoo.paths import home
+from anypair.home import home
 
 _OPENAI_BLOB_URLS = {
     "r50k_base": "https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken",

@@ -5,7 +5,7 @@
 - `DraftSync`: keeps the draft's context tokens in step with the committed target text.
 """
 from anypair.translator.sync import DraftRealignment, DraftSync
-from anypair.translator.translate import TargetProposal, Translator
+from anypair.translator.translate import Translation, Translator
 from anypair.translator.vocab_map import VocabMap
 
-__all__ = ["VocabMap", "Translator", "TargetProposal", "DraftRealignment", "DraftSync"]
+__all__ = ["VocabMap", "Translator", "Translation", "DraftRealignment", "DraftSync"]

@@ -1,11 +1,13 @@
 """Target -> draft: keep the draft's tokens for the generated text in step with the committed text.
 
 Invariant after every `commit`: the bytes of the draft's generated context == the committed
-generated text minus `pending`, where `pending` is an unfinished UTF-8 character at the end of the
-committed text that the draft cannot write as tokens yet, and minus any character or invalid byte
-the draft has no token for at all (left out: the draft reads the text around it and goes on
-drafting; only what the draft proposes is ever verified, so its context may differ this way). Every call works on the bytes of one
-round only (the draft's proposal and the newly committed bytes), never on the whole text.
+generated text minus `pending`, where `pending` is the end of the committed text that the draft
+has not been given as tokens: an unfinished UTF-8 character it cannot write yet, or (token healing,
+see `drafters.model`) the bytes of its last token, held back so the draft re-writes them its own
+way; and minus any character or invalid byte the draft has no token for at all (left out: the draft
+reads the text around it and goes on drafting; only what the draft proposes is ever verified, so its
+context may differ this way). Every call works on the bytes of one round only (the draft's proposal
+and the newly committed bytes), never on the whole text.
 """
 from __future__ import annotations
 
@@ -56,11 +58,14 @@ class DraftSync:
             return b""
         return None
 
-    def commit(self, committed_bytes: bytes, proposed_draft_ids: Sequence[int]) -> DraftRealignment:
+    def commit(self, committed_bytes: bytes, proposed_draft_ids: Sequence[int], *,
+               hold_back_last_token: bool = False) -> DraftRealignment:
         """Realign after a verification (see the class docstring; smallest rollback).
 
         `committed_bytes` are the newly committed bytes; `proposed_draft_ids` the draft ids the
         drafter appended to its context this round (empty on the first call of a request).
+        `hold_back_last_token`: when nothing is pending, keep the last draft token to append out
+        of the context and make its bytes `pending` instead (token healing).
         """
         uncovered = self.pending + committed_bytes
         n_keep, kept_bytes = self._matching_prefix(uncovered, proposed_draft_ids)
@@ -71,10 +76,13 @@ class DraftSync:
         tail = incomplete_tail_length(remainder)
         to_encode = remainder[: len(remainder) - tail]
         self.pending = remainder[len(remainder) - tail:]
-        return DraftRealignment(
-            n_drop=len(proposed_draft_ids) - n_keep,
-            append_draft_ids=self.encode_bytes(to_encode),
-        )
+        append_draft_ids = self.encode_bytes(to_encode)
+        if hold_back_last_token and append_draft_ids and not self.pending:
+            held_back = self.draft_tok.token_bytes(append_draft_ids[-1])
+            if held_back:  # a special token carries no text to re-write
+                append_draft_ids.pop()
+                self.pending = held_back
+        return DraftRealignment(n_drop=len(proposed_draft_ids) - n_keep, append_draft_ids=append_draft_ids)
 
     def _matching_prefix(self, uncovered: bytes, proposed_draft_ids: Sequence[int]) -> tuple[int, int]:
         """(tokens, bytes) of the longest prefix of the proposal that `uncovered` starts with."""

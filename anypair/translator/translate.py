@@ -31,8 +31,9 @@ STABILITY_PROBES: tuple[str, ...] = ("a", " ", "\n")
 
 
 @dataclass(frozen=True)
-class TargetProposal:
-    """Target tokens for proposed bytes, starting exactly at the committed boundary."""
+class Translation:
+    """Target tokens for draft-proposed bytes, starting exactly at the committed boundary (what
+    a drafter then proposes to the loop is a `types.Proposal`: these ids, cut to the stable part)."""
 
     target_ids: list[int]
     #: the first n_stable ids won't change when more text follows; the rest is the unstable tail
@@ -45,7 +46,7 @@ class TargetProposal:
         return self.target_ids[: self.n_stable]
 
 
-EMPTY_PROPOSAL = TargetProposal(target_ids=[], n_stable=0, n_bytes=0)
+EMPTY_TRANSLATION = Translation(target_ids=[], n_stable=0, n_bytes=0)
 
 
 def common_prefix_length(first: list[int], second: list[int]) -> int:
@@ -67,7 +68,7 @@ class Translator:
         self.stability_probes = stability_probes
         self.writable = WritableText(target_tok)
 
-    def draft_to_target(self, proposed: bytes, *, draft_finished: bool = False) -> TargetProposal:
+    def draft_to_target(self, proposed: bytes, *, draft_finished: bool = False) -> Translation:
         """Translate NEWLY proposed bytes that continue right after the committed text.
 
         Leading UTF-8 continuation bytes (a character the target already started) become the
@@ -78,11 +79,11 @@ class Translator:
         """
         lead_ids = self._continuation_byte_ids(proposed)
         if lead_ids is None:
-            return EMPTY_PROPOSAL
+            return EMPTY_TRANSLATION
         body = proposed[len(lead_ids):]
         body_end = valid_prefix_length(body)
         if body_end == 0:
-            return TargetProposal(target_ids=lead_ids, n_stable=len(lead_ids), n_bytes=len(lead_ids))
+            return Translation(target_ids=lead_ids, n_stable=len(lead_ids), n_bytes=len(lead_ids))
         text = body[:body_end].decode("utf-8")
         try:
             body_ids = self.target_tok.encode_continuation(text)
@@ -92,9 +93,9 @@ class Translator:
         if self.target_tok.decode_bytes(body_ids) != body[:body_end]:
             body_ids, body_end = self._round_tripping_prefix(body_ids, body[:body_end])
         if not body_ids:
-            return TargetProposal(target_ids=lead_ids, n_stable=len(lead_ids), n_bytes=len(lead_ids))
+            return Translation(target_ids=lead_ids, n_stable=len(lead_ids), n_bytes=len(lead_ids))
         n_body_stable = len(body_ids) if draft_finished else self.stable_prefix_length(text, body_ids)
-        return TargetProposal(
+        return Translation(
             target_ids=lead_ids + body_ids,
             n_stable=len(lead_ids) + n_body_stable,
             n_bytes=len(lead_ids) + body_end,

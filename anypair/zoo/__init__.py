@@ -7,7 +7,7 @@ imported inside the functions that need them.
 from anypair.zoo.fetching import fetch
 from anypair.zoo.paths import home
 from anypair.zoo.registry import TOKENIZER_FAMILIES, ZOO_MODELS, ModelAsset, TokenizerAsset
-from anypair.zoo.resolve import is_zoo_model, load_model, model_dir, resolve_model, tokenizer_path
+from anypair.zoo.resolve import is_zoo_model, load_model, load_tokenizer, model_dir, resolve_model, tokenizer_path
 
 __all__ = [
     "TOKENIZER_FAMILIES",
@@ -18,6 +18,7 @@ __all__ = [
     "home",
     "is_zoo_model",
     "load_model",
+    "load_tokenizer",
     "model_dir",
     "resolve_model",
     "tokenizer_path",

@@ -1,20 +1,16 @@
-"""Where the zoo keeps things: $ANYPAIR_HOME (default ~/.cache/anypair) and its sub-folders."""
+"""Where the zoo keeps things: sub-folders of `anypair.home.home()` ($ANYPAIR_HOME, default
+~/.cache/anypair)."""
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+from anypair.home import home
+
 COMPLETE_MARKER = ".anypair-complete.json"
-
-
-def home() -> Path:
-    """The zoo's cache root: $ANYPAIR_HOME if set, else ~/.cache/anypair."""
-    configured = os.environ.get("ANYPAIR_HOME")
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "anypair"
 
 
 def tokenizers_dir() -> Path:

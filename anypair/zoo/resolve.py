@@ -4,12 +4,16 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from anypair.errors import InputError, TokenizerError, UnknownModelError
 from anypair.zoo.conversion import converted_dir, is_converted
 from anypair.zoo.fetching import unknown_name_error
 from anypair.zoo.registry import TOKENIZER_FAMILIES, ZOO_MODELS
 from anypair.zoo.tokenizer_files import family_path, fetch_tokenizers, is_cached
+
+if TYPE_CHECKING:
+    from anypair.tokenization.base import TokenizerAdapter
 
 
 def is_zoo_model(name: str | os.PathLike) -> bool:
@@ -36,6 +40,27 @@ def tokenizer_path(family: str, *, fetch_missing: bool = True) -> Path:
     if not fetch_missing:
         raise TokenizerError(f"Tokenizer family {family!r} is not fetched yet; run `anypair fetch {family}`.")
     return fetch_tokenizers([asset])[family]
+
+
+def load_tokenizer(name_or_path: str | os.PathLike) -> TokenizerAdapter:
+    """A tokenizer family's adapter (fetched if missing), or whatever a path holds (see
+    `tokenization.load_tokenizer_file`)."""
+    from anypair.tokenization import load_tokenizer_file
+
+    name = str(name_or_path)
+    if name in TOKENIZER_FAMILIES and not Path(name).exists():
+        if name == "llama-cpp-vocab":
+            raise TokenizerError(
+                "'llama-cpp-vocab' is a folder of GGUF vocabularies; load one of its "
+                "ggml-vocab-*.gguf files by path"
+            )
+        return load_tokenizer_file(tokenizer_path(name))
+    if not Path(name).expanduser().exists():
+        raise TokenizerError(
+            f"{name!r} is neither a tokenizer family ({', '.join(TOKENIZER_FAMILIES)}) nor an "
+            "existing file or folder"
+        )
+    return load_tokenizer_file(name)
 
 
 def _looks_like_hub_id(name: str) -> bool:

@@ -45,7 +45,7 @@ def test_same_tokenizer_is_flagged_and_fully_covered():
 
 
 def _qwen_specials():
-    from anypair.tokenization import load_tokenizer
+    from anypair.zoo import load_tokenizer
     from anypair.zoo import tokenizer_path
 
     return load_tokenizer(str(tokenizer_path("qwen2"))).special_ids

@@ -1,0 +1,61 @@
+"""Draft-length policies: how many draft steps the next round may run.
+
+- `ConstantLength`: always k.
+- `HeuristicLength`: transformers' schedule: +2 after a fully accepted round, -1 otherwise.
+- `ExpectedRateLength`: the k that maximises expected committed tokens per unit of cost, from the
+  acceptance estimate and a cost model; k = 0 (pause, with probes) when drafting cannot pay.
+- `ConfidenceStopLength`: for drafters that stop by their own confidence: a cap, a calibrated stop
+  threshold, and a pause (with probes) while drafting loses time.
+- `AdaptiveLength` (the default): one of the two above, whichever the drafter can use.
+
+Parts: `costs` (the CostModel interface: `TimedCosts`, `FixedCosts`), `acceptance`
+(`AcceptanceEstimate`), `probes` (`ProbeSchedule`). `make_policy` builds one from a name and
+`num_draft_tokens`.
+"""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+from anypair.policies.acceptance import AcceptanceEstimate
+from anypair.policies.adaptive import AdaptiveLength
+from anypair.policies.base import DraftLengthPolicy
+from anypair.policies.confidence_stop import ConfidenceCalibration, ConfidenceStopLength
+from anypair.policies.constant import ConstantLength
+from anypair.policies.costs import (
+    CostModel,
+    FixedCosts,
+    LinearCost,
+    StepCosts,
+    TimedCosts,
+    estimated_step_costs,
+)
+from anypair.policies.expected_rate import ExpectedRateLength, best_length
+from anypair.policies.heuristic import HeuristicLength
+from anypair.policies.probes import ProbeSchedule
+from anypair.types import RoundFeedback
+
+def make_policy(spec: Union[str, DraftLengthPolicy], num_draft_tokens: Optional[int] = None,
+                fixed_costs: Optional[StepCosts] = None) -> DraftLengthPolicy:
+    """A policy by name. `num_draft_tokens` is the constant's length, the heuristic's start, or the
+    adaptive policy's cap (where it also starts); `fixed_costs` prices the adaptive policy's rounds
+    without timings. A policy instance is returned as it is."""
+    if isinstance(spec, DraftLengthPolicy):
+        return spec
+    if spec == "constant":
+        return ConstantLength(5 if num_draft_tokens is None else num_draft_tokens)
+    if spec == "heuristic":
+        return HeuristicLength(start=5 if num_draft_tokens is None else num_draft_tokens)
+    if spec == "adaptive":
+        if num_draft_tokens is None:
+            return AdaptiveLength(fixed_costs=fixed_costs)
+        return AdaptiveLength(start=num_draft_tokens, maximum=num_draft_tokens, fixed_costs=fixed_costs)
+    raise ValueError(f"unknown draft-length policy {spec!r}: use 'constant', 'heuristic', 'adaptive' "
+                     "or a DraftLengthPolicy")
+
+
+__all__ = [
+    "AcceptanceEstimate", "AdaptiveLength", "ConfidenceCalibration", "ConfidenceStopLength", "ConstantLength",
+    "CostModel", "DraftLengthPolicy", "ExpectedRateLength", "FixedCosts", "HeuristicLength", "LinearCost",
+    "ProbeSchedule", "RoundFeedback", "StepCosts", "TimedCosts", "best_length",
+    "estimated_step_costs", "make_policy",
+]

@@ -1,0 +1,31 @@
+"""The draft-length policy interface: how many draft steps the next round may run, and when a
+drafter that knows its own confidence should stop.
+
+A policy's state changes only in `update()` (after each round) and `reset()` (new request):
+`next_length()` and `stop_confidence()` only read it, so asking twice gives the same answer.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from anypair.types import RoundFeedback
+
+
+class DraftLengthPolicy(ABC):
+    name = "policy"
+
+    @abstractmethod
+    def next_length(self) -> int:
+        """Draft steps for the next round; 0: no drafting (a plain target step)."""
+
+    def stop_confidence(self) -> float:
+        """Advice for drafters that stop by their own confidence: end the round once the chance that
+        the whole proposal is right falls below this (0: no advice)."""
+        return 0.0
+
+    def update(self, feedback: RoundFeedback) -> None:
+        """Learn from the round just verified (called once after every round but the last)."""
+
+    def reset(self, confidence_stopping: bool = False) -> None:
+        """A new request. `confidence_stopping`: the drafter ends rounds by itself when unsure
+        (`Drafter.stops_by_confidence`), so the length is a cap and `stop_confidence` is the lever."""

@@ -1,0 +1,182 @@
+"""Cost models: what one draft step and one verification pass cost, for policies that weigh a
+round's expected gain against its cost. One small interface, two sources:
+
+- `TimedCosts`: measured seconds (the drafter's own step timing, a line fitted to verification
+  times: verification is not flat in the tokens scored on CPUs);
+- `FixedCosts`: a line fixed in advance from the models' sizes (`estimated_step_costs`), in units
+  of one single-token target step. Seeded sampling needs it: the number of random draws per round,
+  and so the sampled text, must not depend on how busy the machine was.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Optional
+
+from anypair.types import RoundFeedback
+
+
+class CostModel(ABC):
+    @property
+    @abstractmethod
+    def known(self) -> bool:
+        """Whether `verify` can be asked yet (a timed model needs one observation)."""
+
+    @abstractmethod
+    def draft_step(self) -> Optional[float]:
+        """One draft step's cost; None until known."""
+
+    @abstractmethod
+    def verify(self, n_scored: float) -> float:
+        """Cost of one target pass scoring `n_scored` tokens (the last committed one included)."""
+
+    @abstractmethod
+    def verify_slope(self) -> float:
+        """What each extra token scored adds to `verify`."""
+
+    @abstractmethod
+    def round_cost(self, feedback: RoundFeedback) -> float:
+        """What drafting and verifying that round cost."""
+
+    def observe(self, feedback: RoundFeedback) -> None:
+        """Learn from a round's timings (a fixed model ignores them)."""
+
+    def reset(self) -> None:
+        """New request."""
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """A cost model in units of one single-token target step: a draft step costs `draft_step`,
+    verifying n tokens costs `1 + verify_slope * (n - 1)`."""
+
+    draft_step: float
+    verify_slope: float
+
+    def __post_init__(self) -> None:
+        if not (self.draft_step > 0 and self.verify_slope >= 0):
+            raise ValueError(f"StepCosts needs draft_step > 0 and verify_slope >= 0, got {self}")
+
+
+# per-layer Python/dispatch overhead of a decode step, in parameters' worth of matrix work; fitted
+# on this project's 2-core CPU in fp32 (SmolLM2-135M step 55 ms, Qwen2.5-1.5B step 270 ms)
+LAYER_OVERHEAD_PARAMS = 7.4e6
+
+
+def estimated_step_costs(target_params: int, target_layers: int, draft_params: int, draft_layers: int,
+                         multi_token_slope: float) -> StepCosts:
+    """A timing-free cost model from model sizes: a decode step's time taken as proportional to
+    its parameters plus a fixed overhead per layer (what dominates small drafts)."""
+    target = target_params + LAYER_OVERHEAD_PARAMS * target_layers
+    draft = draft_params + LAYER_OVERHEAD_PARAMS * draft_layers
+    return StepCosts(draft_step=draft / target, verify_slope=multi_token_slope)
+
+
+class FixedCosts(CostModel):
+    """`StepCosts` behind the CostModel interface: timings are ignored on purpose."""
+
+    def __init__(self, costs: StepCosts) -> None:
+        self.costs = costs
+
+    @property
+    def known(self) -> bool:
+        return True
+
+    def draft_step(self) -> float:
+        return self.costs.draft_step
+
+    def verify(self, n_scored: float) -> float:
+        return 1.0 + self.costs.verify_slope * (n_scored - 1)
+
+    def verify_slope(self) -> float:
+        return self.costs.verify_slope
+
+    def round_cost(self, feedback: RoundFeedback) -> float:
+        # a drafter that stops by confidence ran about one step past its proposal, not the whole budget
+        steps = min(feedback.draft_steps, feedback.proposed + 1)
+        return steps * self.costs.draft_step + self.verify(feedback.proposed + 1)
+
+
+class LinearCost:
+    """cost(n) = base + per_item * n, fitted online by exponentially weighted least squares.
+
+    Verification is not flat in the number of tokens scored: on a CPU in fp32 scoring 4 tokens
+    measured ~1.9x one token (skinny kernel) and ~3.7x (torch's kernel). A flat-cost model then
+    asks for long drafts that cannot pay.
+    """
+
+    def __init__(self, smoothing: float = 0.2) -> None:
+        self.smoothing = smoothing
+        self.n = self.x = self.y = self.xx = self.xy = 0.0
+
+    def add(self, items: float, seconds: float) -> None:
+        if self.n == 0:
+            self.n, self.x, self.y, self.xx, self.xy = 1.0, items, seconds, items * items, items * seconds
+            return
+        keep = 1 - self.smoothing
+        self.n = keep * self.n + self.smoothing
+        self.x = keep * self.x + self.smoothing * items
+        self.y = keep * self.y + self.smoothing * seconds
+        self.xx = keep * self.xx + self.smoothing * items * items
+        self.xy = keep * self.xy + self.smoothing * items * seconds
+
+    @property
+    def known(self) -> bool:
+        return self.n > 0
+
+    def slope(self) -> float:
+        mean_x, mean_y = self.x / self.n, self.y / self.n
+        variance = self.xx / self.n - mean_x * mean_x
+        if variance < 0.25:  # all observations at about one size: no slope to learn yet
+            return 0.0
+        return max(0.0, (self.xy / self.n - mean_x * mean_y) / variance)
+
+    def __call__(self, items: float) -> float:
+        mean_x, mean_y = self.x / self.n, self.y / self.n
+        return max(1e-6, mean_y + self.slope() * (items - mean_x))
+
+
+class TimedCosts(CostModel):
+    """Seconds as measured: a smoothed draft step and a fitted verification line."""
+
+    def __init__(self, smoothing: float = 0.3) -> None:
+        self.smoothing = smoothing
+        self.reset()
+
+    def reset(self) -> None:
+        self._draft_step: Optional[float] = None
+        # the drafter's latest own estimate of a step; it stands until the drafter reports again
+        self._reported_step: Optional[float] = None
+        self._verify = LinearCost()
+
+    @property
+    def known(self) -> bool:
+        return self._verify.known
+
+    def draft_step(self) -> Optional[float]:
+        return self._draft_step
+
+    def verify(self, n_scored: float) -> float:
+        return self._verify(n_scored)
+
+    def verify_slope(self) -> float:
+        return self._verify.slope()
+
+    def round_cost(self, feedback: RoundFeedback) -> float:
+        return feedback.draft_seconds + feedback.verify_seconds
+
+    def observe(self, feedback: RoundFeedback) -> None:
+        if feedback.draft_steps:
+            self._reported_step = feedback.draft_step_seconds
+            step = self._reported_step
+            if step is None:  # a drafter that does not time its steps: the round's time spread over them
+                step = feedback.draft_seconds / feedback.draft_steps
+        else:
+            # a round that did not draft measured no step, but the drafter's estimate still holds:
+            # counting it keeps the smoothed value where the drafter's own measurements put it
+            step = self._reported_step
+        if step:
+            s = self.smoothing
+            self._draft_step = step if self._draft_step is None else (1 - s) * self._draft_step + s * step
+        if feedback.verify_seconds > 0:
+            self._verify.add(feedback.proposed + 1, feedback.verify_seconds)
