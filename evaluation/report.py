@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import os
 import platform
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
+from anypair.machine import machine_description  # noqa: F401  (run.py reports it through here)
 from evaluation.methods import BASELINE_METHOD
 from evaluation.metrics import SpeedupSummary, summarize_speedups
 from evaluation.records import ExampleRecord
@@ -90,25 +90,6 @@ def package_versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             versions[package] = "not installed"
     return versions
-
-
-def machine_description() -> dict[str, str]:
-    cpu_model = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            cpu_model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), cpu_model)
-    except OSError:
-        pass
-    try:
-        memory_gib = f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB"
-    except (ValueError, OSError, AttributeError):
-        memory_gib = "unknown"
-    return {
-        "platform": platform.platform(),
-        "cpu": cpu_model,
-        "logical_cpus": str(os.cpu_count()),
-        "memory": memory_gib,
-    }
 
 
 def mean_or_none(values: Sequence[Optional[float]]) -> Optional[float]:

@@ -50,8 +50,7 @@ from evaluation.report import (
     write_report,
 )
 
-DEFAULT_TARGET = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
-DEFAULT_DRAFT = "HuggingFaceTB/SmolLM2-135M-Instruct"
+from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 DEFAULT_METHODS = ("target", "anypair", "anypair-lookup", "hf-uag")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 WARM_UP_TOKENS = 8

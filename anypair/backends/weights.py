@@ -30,23 +30,13 @@ import torch
 import torch.nn.functional as F
 
 from anypair.errors import BackendError, InputError
+from anypair.machine import cpu_flags
 
 logger = logging.getLogger("anypair")
 
 WEIGHTS = ("auto", "fp32", "fp16", "bf16", "int8")
 #: the weight formats whose kernels may serve a target (int8 dynamic is not batch-invariant)
 TARGET_WEIGHTS = ("fp32", "fp16", "bf16")
-
-
-def cpu_flags() -> frozenset[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
 
 
 def cpu_has_bf16() -> bool:

@@ -270,6 +270,10 @@ _QWEN_CODER_15B = ModelAsset(
     in_test_group=False,
 )
 
+#: the pair every command and benchmark uses unless told otherwise
+DEFAULT_TARGET = _QWEN_CODER_15B.hub_id
+DEFAULT_DRAFT = _SMOLLM2_135M.hub_id
+
 ZOO_MODELS: dict[str, ModelAsset] = {
     model.hub_id: model for model in (_QWEN_CODER_15B, _SMOLLM2_135M, _GEMMA3_270M, _QWEN_CODER_05B)
 }

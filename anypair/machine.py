@@ -1,0 +1,47 @@
+"""What machine this is, for engine choices and for every benchmark's report: the CPU model, its
+instruction-set features that decide the kernels (AVX2/F16C for fp16-weight fbgemm, AVX-512-BF16
+or AMX for native bf16), cores and memory. One place, so reports and choices never disagree."""
+from __future__ import annotations
+
+import os
+import platform
+
+
+def cpu_flags() -> frozenset[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def machine_description() -> dict[str, str]:
+    """CPU, the features that matter here, logical CPUs, memory, platform."""
+    flags = cpu_flags()
+    features = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    try:
+        memory = f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB"
+    except (ValueError, OSError, AttributeError):
+        memory = "unknown"
+    return {"cpu": cpu_model(), "features": "+".join(features) or "none of avx2/f16c/avx512/amx",
+            "logical_cpus": str(os.cpu_count()), "memory": memory, "platform": platform.platform()}
+
+
+def describe_machine() -> str:
+    """One line: 'AMD EPYC (2 logical CPUs, avx2+fma+f16c, 23 GiB)'."""
+    m = machine_description()
+    return f"{m['cpu']} ({m['logical_cpus']} logical CPUs, {m['features']}, {m['memory']})"
