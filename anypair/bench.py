@@ -194,12 +194,17 @@ def run_bench(target: str, draft: Optional[str], prompts: Sequence[str], *, max_
         draft_probe = gen.draft.render(prompts[0], None)
         report.settings["draft_step_ms"] = round(draft_step_ms(gen.draft_backend, draft_probe), 2)
 
+    # one generator per drafter, all on the models loaded once (a loaded member passes through as itself)
+    generators = {drafters[0]: gen}
+    for name in drafters[1:]:
+        generators[name] = AnyPairGenerator(gen.target, gen.draft, drafter=name, **options)
+
     def call(prompt: str, drafter: Optional[str]):
-        gen.drafter_spec = drafter or drafters[0]
+        runner = generators[drafter or drafters[0]]
         kwargs = dict(max_new_tokens=max_new_tokens, assisted=drafter is not None)
         if chat:
-            return gen.generate(messages=[{"role": "user", "content": prompt}], **kwargs)
-        return gen.generate(prompt, **kwargs)
+            return runner.generate(messages=[{"role": "user", "content": prompt}], **kwargs)
+        return runner.generate(prompt, **kwargs)
 
     # warm-up: first calls pay one-off allocation and kernel-selection costs
     call(prompts[0], None)

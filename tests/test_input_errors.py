@@ -68,8 +68,10 @@ def test_generator_rejects_bad_options_before_loading():
     from anypair import AnyPairGenerator
 
     for options in ({"num_draft_tokens": 0}, {"num_draft_tokens": -3}, {"threads": 0}, {"threads": -1},
-                    {"confidence_threshold": math.nan}):
-        with pytest.raises(InputError):
+                    {"confidence_threshold": math.nan}, {"drafter": "fast"}, {"draft_length": "quick"},
+                    {"sampled_drafts": "random"}, {"weights": "fp8"}, {"engine": "onnx"}):
+        # the option is named in the error, not the missing folder: nothing was loaded first
+        with pytest.raises(InputError, match=next(iter(options)).split("_")[0]):
             AnyPairGenerator("/no/such/model/folder", None, **options)
 
 

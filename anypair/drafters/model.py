@@ -27,6 +27,7 @@ import torch
 from anypair.backends.base import ModelBackend
 from anypair.drafters.base import DraftRequest, Drafter
 from anypair.tokenization.base import TokenizerAdapter
+from anypair.generation.checks import SAMPLED_DRAFTS
 from anypair.types import DraftBudget, Proposal, SamplingConfig
 
 PromptRenderer = Callable[[DraftRequest], list[int]]
@@ -59,8 +60,8 @@ class ModelDrafter(Drafter):
         # None: follow the policy's advice (DraftBudget.stop_confidence); a number: always that; 0: never stop early
         self.confidence_threshold = confidence_threshold
         self.sampling = sampling if sampling is not None and sampling.do_sample else None
-        if sampled_drafts not in ("greedy", "intersection"):
-            raise ValueError(f"sampled_drafts must be 'greedy' or 'intersection', got {sampled_drafts!r}")
+        if sampled_drafts not in SAMPLED_DRAFTS:
+            raise ValueError(f"sampled_drafts must be one of {SAMPLED_DRAFTS}, got {sampled_drafts!r}")
         # how to draft when the target samples: "greedy" proposes the draft's greedy text, translated
         # like in greedy decoding, as point masses (q one-hot: accepted with probability p(token));
         # "intersection" samples draft tokens the target also has, with their distributions

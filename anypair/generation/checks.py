@@ -22,6 +22,22 @@ def check_options(num_draft_tokens: Optional[int], confidence_threshold: Optiona
         raise InputError(f"threads must be a positive integer, got {threads!r}: leave it unset for torch's default")
 
 
+DRAFTERS = ("model", "lookup", "hybrid")
+DRAFT_LENGTHS = ("adaptive", "heuristic", "constant")
+SAMPLED_DRAFTS = ("greedy", "intersection")
+
+
+def check_choices(drafter: object, draft_length: object, sampled_drafts: object) -> None:
+    """The generator's named options (a Drafter or a DraftLengthPolicy instance passes as itself)."""
+    if isinstance(drafter, str) and drafter not in DRAFTERS:
+        raise InputError(f"unknown drafter {drafter!r}: use one of {', '.join(DRAFTERS)} or a Drafter instance")
+    if isinstance(draft_length, str) and draft_length not in DRAFT_LENGTHS:
+        raise InputError(f"unknown draft_length {draft_length!r}: use one of {', '.join(DRAFT_LENGTHS)} "
+                         "or a DraftLengthPolicy instance")
+    if sampled_drafts not in SAMPLED_DRAFTS:
+        raise InputError(f"sampled_drafts must be one of {', '.join(SAMPLED_DRAFTS)}, got {sampled_drafts!r}")
+
+
 def check_text(text: str, what: str) -> None:
     """Text a tokenizer can read: a str that is valid Unicode (no lone surrogates, which is what
     bytes that are not UTF-8 become on a command line)."""

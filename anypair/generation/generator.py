@@ -15,7 +15,7 @@ import torch
 
 from anypair.drafters.base import DraftRequest, Drafter, NoDrafter
 from anypair.errors import InputError
-from anypair.generation.checks import check_options, check_request
+from anypair.generation.checks import check_choices, check_options, check_request
 from anypair.generation.loop import DecodeRequest, DecodeSession
 from anypair.policies import DraftLengthPolicy, StepCosts, estimated_step_costs, make_policy
 from anypair.types import GenerationResult, SamplingConfig
@@ -96,6 +96,7 @@ class AnyPairGenerator:
         from anypair.generation.members import load_member
 
         check_options(num_draft_tokens, confidence_threshold, threads)
+        check_choices(drafter, draft_length, sampled_drafts)  # before any model loads, not at the first request
         if threads is not None:
             torch.set_num_threads(threads)
         if weights is not None and dtype is not None:
@@ -114,8 +115,6 @@ class AnyPairGenerator:
         self.draft_length = draft_length
         self.num_draft_tokens = num_draft_tokens
         self.confidence_threshold = confidence_threshold
-        if sampled_drafts not in ("greedy", "intersection"):
-            raise InputError(f"sampled_drafts must be 'greedy' or 'intersection', got {sampled_drafts!r}")
         self.sampled_drafts = sampled_drafts
         self.last_result: Optional[GenerationResult] = None
         # the request that owns the models' KV caches and the drafter now (None: free); see _claim
