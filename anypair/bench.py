@@ -102,7 +102,9 @@ class LlamaCppAlone:
     def __init__(self, gguf_path, threads: int, eos_ids: frozenset[int]) -> None:
         from llama_cpp import Llama
 
-        self.llama = Llama(str(gguf_path), n_ctx=8192, n_batch=512, n_threads=threads, n_threads_batch=threads,
+        from anypair.backends.llama_cpp import DEFAULT_CONTEXT, PREFILL_CHUNK
+
+        self.llama = Llama(str(gguf_path), n_ctx=DEFAULT_CONTEXT, n_batch=PREFILL_CHUNK, n_threads=threads, n_threads_batch=threads,
                            logits_all=False, verbose=False)
         self.eos_ids = eos_ids
 

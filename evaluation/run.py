@@ -108,6 +108,8 @@ def load_models(target_name: str, draft_names: Sequence[str], weights: str, draf
                 needs_torch_drafts: bool) -> tuple[LoadedModel, list[LoadedModel]]:
     """The target once (anypair's engine choice; transformers' methods run the same model), each
     draft once for anypair's engine and, when a transformers method needs it, as a torch model."""
+    import torch
+
     from anypair.generation.members import load_member
     from anypair.zoo import load_model
 
@@ -118,19 +120,13 @@ def load_models(target_name: str, draft_names: Sequence[str], weights: str, draf
     for name in draft_names:
         print(f"loading {name} ...", file=sys.stderr, flush=True)
         member = load_member(name, role="draft", engine=draft_engine)
-        model, tokenizer = load_model(name, dtype=torch_float32()) if needs_torch_drafts else (None, member.hf_tokenizer)
+        model, tokenizer = load_model(name, dtype=torch.float32) if needs_torch_drafts else (None, member.hf_tokenizer)
         drafts.append(LoadedModel(name, model, tokenizer, member))
     return LoadedModel(target_name, target.model, target.hf_tokenizer, target), drafts
 
 
 def engines_asked(args: argparse.Namespace) -> str:
     return f"target weights {args.weights}, draft engine {args.draft_engine}"
-
-
-def torch_float32():
-    import torch
-
-    return torch.float32
 
 
 def build_methods(method_names: Sequence[str], target: LoadedModel, drafts: Sequence[LoadedModel], threads: int) -> list[Method]:
