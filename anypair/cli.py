@@ -48,15 +48,18 @@ def _generator_options(args) -> dict:
 def _generator(args):
     from anypair.generation.generator import AnyPairGenerator
 
-    draft = None if getattr(args, "no_assisted", False) or args.drafter == "lookup" else args.assistant_model
-    return AnyPairGenerator(args.model, draft, drafter=args.drafter, **_generator_options(args))
+    if getattr(args, "no_assisted", False):  # the target alone: no draft model to load
+        return AnyPairGenerator.from_options(args.model, None, _checked_options(args, drafter="model"))
+    draft = None if args.drafter == "lookup" else args.assistant_model
+    return AnyPairGenerator.from_options(args.model, draft, _checked_options(args, drafter=args.drafter))
 
 
-def _check_model_options(args) -> None:
-    """Reject bad numbers before two models load (seconds to minutes) only to fail then."""
-    from anypair.generation.checks import check_options
+def _checked_options(args, drafter: str):
+    """The generator's options from the flags, checked before two models load (seconds to minutes)
+    only to fail then."""
+    from anypair.generation.options import GeneratorOptions
 
-    check_options(args.num_draft_tokens, args.confidence_threshold, args.threads)
+    return GeneratorOptions.of(drafter=drafter, **_generator_options(args))
 
 
 def run_generate(args) -> int:
@@ -65,7 +68,7 @@ def run_generate(args) -> int:
     from anypair.generation.checks import check_text
     from anypair.types import SamplingConfig
 
-    _check_model_options(args)
+    _checked_options(args, drafter=args.drafter)
     check_text(args.prompt, "the prompt")
     SamplingConfig(do_sample=args.do_sample, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                    seed=args.seed)
@@ -105,7 +108,7 @@ def run_generate(args) -> int:
 def run_bench_cmd(args) -> int:
     from anypair.bench import format_report, humaneval_prompts, run_bench, save_json
 
-    _check_model_options(args)
+    _checked_options(args, drafter="model")
     if args.prompts:
         with open(args.prompts) as f:
             text = f.read()

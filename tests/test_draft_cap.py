@@ -9,10 +9,11 @@ CAP = 2
 
 def test_num_draft_tokens_caps_proposals_with_the_defaults(zoo_fetch):
     from anypair import AnyPairGenerator
+    from anypair.types import SamplingConfig
 
     # same vocabulary: one draft step proposes exactly one target token
     gen = AnyPairGenerator(SMOL, SMOL, dtype="fp32", num_draft_tokens=CAP)
-    drafter = gen._model_drafter(None, None)  # the cached greedy drafter that generate() uses
+    drafter = gen._model_drafter(SamplingConfig(), None)  # the cached greedy drafter that generate() uses
     asked, proposed = [], []
     propose = drafter.propose
 

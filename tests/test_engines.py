@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from anypair.backends.base import ModelBackend
 from anypair.backends.contract import PROBE_TEXT, check_batch_invariance
 from anypair.errors import BackendError, InputError
 
@@ -176,6 +177,57 @@ def test_gguf_target_on_llama_cpp_with_a_draft_of_another_vocabulary(zoo_fetch, 
     assert assisted.stats.draft_tokens_accepted > 0
     # llama.cpp's batched logits are not batch-invariant: the texts agree at least until a near-tie
     assert assisted.target_ids[:4] == alone.target_ids[:4]
+    assert gen.target.invariance  # a target on any engine has its contract measured at load
+
+
+class RecomputingBackend(ModelBackend):
+    """A new engine as a newcomer would write it, in one class: no KV cache at all, every call runs
+    the model over the whole sequence (slow, but a complete ModelBackend)."""
+
+    name = "recomputing"
+
+    def __init__(self, model) -> None:
+        from anypair.backends.torch_hf import model_max_context, model_vocab_rows
+
+        self.model = model
+        self.vocab_size = model_vocab_rows(model)
+        self.max_context = model_max_context(model)
+        self.ids: list[int] = []
+
+    @property
+    def cached_length(self) -> int:
+        return len(self.ids)
+
+    def extend(self, ids, all_logits=False):
+        self.ids.extend(int(i) for i in ids)
+        with torch.inference_mode():
+            logits = self.model(torch.tensor([self.ids])).logits[0, -len(ids):].float()
+        return logits if all_logits else logits[-1]
+
+    def crop(self, length: int) -> None:
+        del self.ids[length:]
+
+    def reset(self) -> None:
+        self.ids = []
+
+
+@pytest.mark.slow
+def test_a_new_engine_is_a_backend_and_member_from_backend(fp16_target):
+    """Adding an engine takes a ModelBackend and `member_from_backend`; the loop is not touched."""
+    from anypair import AnyPairGenerator
+    from anypair.generation.members import EngineChoice, member_from_backend
+    from anypair.zoo import load_model
+
+    model, hf_tokenizer = load_model(SMOL, dtype=torch.float32)
+    draft = member_from_backend(RecomputingBackend(model.eval()), hf_tokenizer, role="draft", name=SMOL,
+                                engine=EngineChoice("recomputing", "fp32", "no KV cache"),
+                                generation_config=model.generation_config)
+    gen = AnyPairGenerator(fp16_target, draft, draft_length="constant", num_draft_tokens=3)
+    assert "draft recomputing fp32" in gen.engines
+    alone = gen.generate(CODE, max_new_tokens=20, assisted=False)
+    assisted = gen.generate(CODE, max_new_tokens=20)
+    assert assisted.target_ids == alone.target_ids
+    assert assisted.stats.draft_tokens_accepted > 0 and not assisted.stats.draft_failed
 
 
 def test_unknown_weights_and_engines_are_input_errors():

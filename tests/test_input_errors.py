@@ -69,7 +69,9 @@ def test_generator_rejects_bad_options_before_loading():
 
     for options in ({"num_draft_tokens": 0}, {"num_draft_tokens": -3}, {"threads": 0}, {"threads": -1},
                     {"confidence_threshold": math.nan}, {"drafter": "fast"}, {"draft_length": "quick"},
-                    {"sampled_drafts": "random"}, {"weights": "fp8"}, {"engine": "onnx"}):
+                    {"sampled_drafts": "random"}, {"weights": "fp8"}, {"engine": "onnx"},
+                    {"draft_engine": "onnx"}, {"backend": "onnx"}, {"linear_kernel": "blas"}, {"context": 0},
+                    {"context": "long"}, {"device": ""}):
         # the option is named in the error, not the missing folder: nothing was loaded first
         with pytest.raises(InputError, match=next(iter(options)).split("_")[0]):
             AnyPairGenerator("/no/such/model/folder", None, **options)

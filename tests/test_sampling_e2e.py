@@ -369,11 +369,12 @@ def test_real_pair_samples_reproducibly_with_statistics(zoo_fetch):
     from anypair import AnyPairGenerator
 
     # a constant length without confidence stopping: every round proposes, so acceptance is seen
-    gen = AnyPairGenerator(TARGET, SMOL, dtype="fp32", draft_length="constant", num_draft_tokens=3,
-                           confidence_threshold=0)
+    loaded = AnyPairGenerator(TARGET, SMOL, dtype="fp32")
     options = dict(max_new_tokens=16, do_sample=True, temperature=0.7, top_p=0.95, seed=11)
     for sampled_drafts in ("greedy", "intersection"):
-        gen.sampled_drafts = sampled_drafts
+        # one generator per drafting mode, on the members loaded once (options never change after construction)
+        gen = AnyPairGenerator(loaded.target, loaded.draft, draft_length="constant", num_draft_tokens=3,
+                               confidence_threshold=0, sampled_drafts=sampled_drafts)
         first = gen.generate("def fibonacci(n):\n", **options)
         again = gen.generate("def fibonacci(n):\n", **options)
         assert first.text == again.text and first.target_ids == again.target_ids, sampled_drafts

@@ -38,6 +38,33 @@ def check_choices(drafter: object, draft_length: object, sampled_drafts: object)
         raise InputError(f"sampled_drafts must be one of {', '.join(SAMPLED_DRAFTS)}, got {sampled_drafts!r}")
 
 
+ENGINES = ("auto", "torch", "llama.cpp")
+BACKENDS = ("torch", "ipex")
+
+
+def check_engine(engine: object, what: str = "engine") -> None:
+    if engine not in ENGINES:
+        raise InputError(f"unknown {what} {engine!r}: use one of {', '.join(ENGINES)}")
+
+
+def check_member_options(engine: object, draft_engine: object, backend: object, linear_kernel: object,
+                         context: object, device: object) -> None:
+    """The options that choose how each model is loaded and run."""
+    from anypair.backends.skinny_linear import KERNELS
+
+    check_engine(engine, "engine")
+    check_engine(draft_engine, "draft_engine")
+    if backend not in BACKENDS:
+        raise InputError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)} (ipex is optional)")
+    if linear_kernel not in KERNELS:
+        raise InputError(f"unknown linear_kernel {linear_kernel!r}: use one of {', '.join(KERNELS)}")
+    if context is not None and (not _is_int(context) or context < 16):
+        raise InputError(f"context must be an integer of at least 16 tokens, got {context!r}: "
+                         "leave it unset for min(the model's trained context, 8192)")
+    if not isinstance(device, str) or not device:
+        raise InputError(f"device must be a string such as 'cpu' or 'cuda', got {device!r}")
+
+
 def check_text(text: str, what: str) -> None:
     """Text a tokenizer can read: a str that is valid Unicode (no lone surrogates, which is what
     bytes that are not UTF-8 become on a command line)."""

@@ -1,5 +1,6 @@
-"""AnyPairGenerator: the front door. Loads the pair, wires backend + drafter + verifier + policy,
-validates input, and runs `DecodeSession`s.
+"""AnyPairGenerator: the front door. Its options are checked once (`GeneratorOptions`) before the
+pair loads; each request is checked (`GenerationRequest`), planned by the pure `plan_request`
+(drafter, verifier, policy), and run as a `DecodeSession`.
 
     gen = AnyPairGenerator("Qwen/Qwen2.5-Coder-1.5B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct")
     result = gen.generate("def fib(n):", max_new_tokens=64)
@@ -15,24 +16,21 @@ import torch
 
 from anypair.drafters.base import DraftRequest, Drafter, NoDrafter
 from anypair.errors import InputError
-from anypair.generation.checks import check_choices, check_options, check_request
 from anypair.generation.loop import DecodeRequest, DecodeSession
-from anypair.policies import DraftLengthPolicy, StepCosts, estimated_step_costs, make_policy
+from anypair.generation.options import (
+    DrafterKind,
+    GenerationRequest,
+    GeneratorOptions,
+    PairFacts,
+    RequestPlan,
+    VerifierKind,
+    plan_request,
+)
+from anypair.policies import DraftLengthPolicy, StepCosts, estimated_step_costs
 from anypair.types import GenerationResult, SamplingConfig
+from anypair.verifiers.base import Verifier
 
 ModelSpec = Union[str, "os.PathLike[str]", tuple]  # hub id, local folder, .gguf file, or (model, hf_tokenizer)
-
-
-def weights_from_dtype(dtype: Union[str, torch.dtype, None]) -> str:
-    """The older `dtype=` option, as a weights format ("auto", "fp32", "fp16" or "bf16")."""
-    from anypair.backends.weights import parse_weights
-
-    if isinstance(dtype, torch.dtype):
-        names = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
-        if dtype not in names:
-            raise InputError(f"unsupported dtype {dtype}: use weights='fp32', 'fp16' or 'bf16'")
-        return names[dtype]
-    return parse_weights(dtype)
 
 
 class AnyPairGenerator:
@@ -92,37 +90,45 @@ class AnyPairGenerator:
                  backend: str = "torch",
                  linear_kernel: str = "auto",
                  threads: Optional[int] = None) -> None:
-        from anypair.backends.weights import parse_weights
+        self._load(target, draft, GeneratorOptions.of(
+            drafter=drafter, draft_length=draft_length, num_draft_tokens=num_draft_tokens,
+            confidence_threshold=confidence_threshold, sampled_drafts=sampled_drafts, weights=weights,
+            draft_weights=draft_weights, dtype=dtype, engine=engine, draft_engine=draft_engine, context=context,
+            device=device, backend=backend, linear_kernel=linear_kernel, threads=threads))
+
+    @classmethod
+    def from_options(cls, target: ModelSpec, draft: Optional[ModelSpec], options: GeneratorOptions) -> AnyPairGenerator:
+        """A generator from an options object made beforehand (the CLI checks its flags that way
+        before anything loads)."""
+        generator = cls.__new__(cls)
+        generator._load(target, draft, options)
+        return generator
+
+    def _load(self, target: ModelSpec, draft: Optional[ModelSpec], options: GeneratorOptions) -> None:
         from anypair.generation.members import load_member
 
-        check_options(num_draft_tokens, confidence_threshold, threads)
-        check_choices(drafter, draft_length, sampled_drafts)  # before any model loads, not at the first request
-        if threads is not None:
-            torch.set_num_threads(threads)
-        if weights is not None and dtype is not None:
-            raise InputError("pass weights= or its older name dtype=, not both")
-        self.weights = parse_weights(weights) if weights is not None else weights_from_dtype(dtype)
-        self.draft_weights = parse_weights(draft_weights)
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        common = dict(device=self.device, backend=backend, linear_kernel=linear_kernel, threads=threads,
-                      context=context)
-        self.target = load_member(target, role="target", engine=engine, weights=self.weights, **common)
-        self.draft = (load_member(draft, role="draft", engine=draft_engine, weights=self.draft_weights, **common)
-                      if draft is not None else None)
+        if options.drafter == "hybrid" and draft is None:
+            raise InputError("drafter='hybrid' needs a draft model: AnyPairGenerator(target, draft), "
+                             "or drafter='lookup' without one")
+        self.options = options
+        if options.threads is not None:
+            torch.set_num_threads(options.threads)
+        common = dict(device=options.device, backend=options.backend, linear_kernel=options.linear_kernel,
+                      threads=options.threads, context=options.context)
+        self.target = load_member(target, role="target", engine=options.engine, weights=options.weights, **common)
+        self.draft = (load_member(draft, role="draft", engine=options.draft_engine, weights=options.draft_weights,
+                                  **common) if draft is not None else None)
         self.target_backend = self.target.backend
         self.draft_backend = self.draft.backend if self.draft is not None else None
-        self.drafter_spec = drafter
-        self.draft_length = draft_length
-        self.num_draft_tokens = num_draft_tokens
-        self.confidence_threshold = confidence_threshold
-        self.sampled_drafts = sampled_drafts
         self.last_result: Optional[GenerationResult] = None
         # the request that owns the models' KV caches and the drafter now (None: free); see _claim
         self._open_request: Optional[str] = None
-        self._drafters: dict[tuple, Drafter] = {}
+        self._greedy_drafter: Optional[Drafter] = None  # a greedy drafter holds no state past `start`
         self._same_vocabulary: Optional[bool] = None
+        self._pair = PairFacts(has_draft_model=self.draft is not None, model_draft_costs=self._model_draft_costs(),
+                               lookup_draft_costs=StepCosts(draft_step=1e-3, verify_slope=self._verify_slope()))
 
-    # -- construction ---------------------------------------------------------------------------
+    # -- the pair -------------------------------------------------------------------------------
     @property
     def engines(self) -> str:
         """What runs each model, for reports: 'target torch fp16 (...); draft llama.cpp x.gguf (...)'."""
@@ -140,25 +146,22 @@ class AnyPairGenerator:
             self._same_vocabulary = same_vocabulary(self.target.tokenizer, self.draft.tokenizer)
         return self._same_vocabulary
 
-    def _model_drafter(self, sampling: Optional[SamplingConfig], generator: Optional[torch.Generator]) -> Drafter:
+    def _model_drafter(self, sampling: SamplingConfig, generator: Optional[torch.Generator]) -> Drafter:
         from anypair.drafters.model import ModelDrafter
 
-        if self.draft is None:
-            raise InputError("drafter='model' or 'hybrid' needs a draft model: AnyPairGenerator(target, draft)")
-        draft = self.draft
+        assert self.draft is not None and self.draft_backend is not None  # plan_request's "model" needs one
+        if not sampling.do_sample and self._greedy_drafter is not None:
+            return self._greedy_drafter
 
         def render(request: DraftRequest) -> list[int]:
             return self._draft_prompt_ids(request.prompt, request.messages, request.target_prompt_ids)
 
-        greedy = sampling is None or not sampling.do_sample
-        cached = self._drafters.get(("model", self.confidence_threshold)) if greedy else None
-        if cached is not None:  # a greedy drafter holds no per-request state past `start`
-            return cached
-        drafter = ModelDrafter(self.draft_backend, draft.tokenizer, self.target.tokenizer, render,
-                               same_vocabulary=self.same_vocabulary, confidence_threshold=self.confidence_threshold,
-                               sampling=sampling, generator=generator, sampled_drafts=self.sampled_drafts)
-        if greedy:
-            self._drafters[("model", self.confidence_threshold)] = drafter
+        drafter = ModelDrafter(self.draft_backend, self.draft.tokenizer, self.target.tokenizer, render,
+                               same_vocabulary=self.same_vocabulary,
+                               confidence_threshold=self.options.confidence_threshold,
+                               sampling=sampling, generator=generator, sampled_drafts=self.options.sampled_drafts)
+        if not sampling.do_sample:
+            self._greedy_drafter = drafter
         return drafter
 
     def _draft_prompt_ids(self, prompt: Optional[str], messages: Optional[Sequence[dict]],
@@ -177,44 +180,51 @@ class AnyPairGenerator:
         rendered = self.target.hf_tokenizer.decode(body, skip_special_tokens=False, clean_up_tokenization_spaces=False)
         return self.draft.render(rendered, None)
 
-    def _drafter(self, assisted: bool, sampling: Optional[SamplingConfig], generator) -> Drafter:
-        if not assisted:
+    def _drafter(self, kind: DrafterKind, sampling: SamplingConfig, generator: Optional[torch.Generator]) -> Drafter:
+        if kind == "none":
             return NoDrafter()
-        spec = self.drafter_spec
-        if isinstance(spec, Drafter):
-            return spec
-        if spec == "model":
-            return self._model_drafter(sampling, generator) if self.draft is not None else NoDrafter()
-        if spec == "lookup":
+        if kind == "given":
+            assert isinstance(self.options.drafter, Drafter)
+            return self.options.drafter
+        if kind == "model":
+            return self._model_drafter(sampling, generator)
+        if kind == "lookup":
             from anypair.drafters.lookup import PromptLookupDrafter
 
             return PromptLookupDrafter()
-        if spec == "hybrid":
-            from anypair.drafters.hybrid import HybridDrafter
+        from anypair.drafters.hybrid import HybridDrafter
 
-            return HybridDrafter(self._model_drafter(sampling, generator))
-        raise InputError(f"unknown drafter {spec!r}: use 'model', 'lookup', 'hybrid' or a Drafter instance")
+        return HybridDrafter(self._model_drafter(sampling, generator))
 
-    def _estimated_costs(self) -> StepCosts:
-        """Timing-free step costs for this pair (see policies.estimated_step_costs): a step's time
-        taken as proportional to the bytes of weights it reads (4 bytes stand for one fp32 parameter)."""
-        # measured here: on a CPU in fp32 each extra token scored adds ~0.22 of a step; fp16-weight
-        # fbgemm, bf16 and GPUs score 2-4 tokens for about the price of one
-        slope = 0.22 if self.target.engine.weights == "fp32" and self.device == "cpu" else 0.05
-        if self.draft is None or self.drafter_spec == "lookup":
-            return StepCosts(draft_step=1e-3, verify_slope=slope)  # an n-gram lookup costs next to nothing
-        target, draft = self.target, self.draft
-        return estimated_step_costs(target.weights_bytes // 4, target.num_layers, draft.weights_bytes // 4,
-                                    draft.num_layers, multi_token_slope=slope)
-
-    def _verifier(self, sampling: SamplingConfig, generator):
-        if not sampling.do_sample:
+    @staticmethod
+    def _verifier(kind: VerifierKind, sampling: SamplingConfig, generator: Optional[torch.Generator]) -> Verifier:
+        if kind == "greedy":
             from anypair.verifiers.greedy import GreedyVerifier
 
             return GreedyVerifier()
         from anypair.sampling import SamplingVerifier
 
         return SamplingVerifier(sampling, generator)
+
+    def _verify_slope(self) -> float:
+        """What each extra token scored in one pass adds to a target step, as a share of the step.
+        Measured here: ~0.22 on a CPU in fp32; fp16-weight fbgemm, bf16 and GPUs score 2-4 tokens
+        for about the price of one."""
+        return 0.22 if self.target.engine.weights == "fp32" and self.options.device == "cpu" else 0.05
+
+    def _model_draft_costs(self) -> Optional[StepCosts]:
+        """Timing-free step costs of drafting with the draft model (see policies.estimated_step_costs):
+        a step's time taken as proportional to the bytes of weights it reads (4 bytes stand for one
+        fp32 parameter)."""
+        if self.draft is None:
+            return None
+        target, draft = self.target, self.draft
+        return estimated_step_costs(target.weights_bytes // 4, target.num_layers, draft.weights_bytes // 4,
+                                    draft.num_layers, multi_token_slope=self._verify_slope())
+
+    def plan(self, request: GenerationRequest) -> RequestPlan:
+        """What would serve `request` on this generator: drafter, verifier and policy (nothing runs)."""
+        return plan_request(self.options, request, self._pair)
 
     # -- requests -------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -232,43 +242,40 @@ class AnyPairGenerator:
         finally:
             self._open_request = None
 
-    def _session(self, prompt: Optional[str], messages: Optional[Sequence[dict]], max_new_tokens: int,
-                 stop: Union[str, Sequence[str], None], do_sample: bool, temperature: float, top_k: int,
-                 top_p: float, seed: Optional[int], assisted: bool) -> DecodeSession:
-        check_request(prompt, messages, max_new_tokens)
-        sampling = SamplingConfig(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-        stop_strings = [stop] if isinstance(stop, str) else list(stop or [])
-
-        target_ids = self.target.render(prompt, messages)
+    def _session(self, request: GenerationRequest) -> DecodeSession:
+        plan = self.plan(request)
+        target_ids = self.target.render(request.prompt, request.messages)
         if not target_ids:
             raise InputError("the prompt encodes to no tokens for the target model")
         limit = self.target_backend.max_context
-        if len(target_ids) + max_new_tokens > limit:
+        if len(target_ids) + request.max_new_tokens > limit:
             raise InputError(
-                f"prompt ({len(target_ids)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the target's context "
-                f"of {limit} tokens: shorten the prompt or lower max_new_tokens")
+                f"prompt ({len(target_ids)} tokens) + max_new_tokens ({request.max_new_tokens}) exceeds the target's "
+                f"context of {limit} tokens: shorten the prompt or lower max_new_tokens")
+        if plan.drafts_with_model:
+            self._check_draft_context(request, target_ids)
+        sampling = request.sampling
         generator = None
         if sampling.do_sample:
             generator = torch.Generator(device="cpu")
-            generator.manual_seed(seed if seed is not None else torch.seed())
-        drafter = self._drafter(assisted, sampling, generator)
-        draft_request = DraftRequest(target_ids, prompt=prompt, messages=list(messages) if messages else None)
-        if self.draft is not None and assisted and self.drafter_spec in ("model", "hybrid"):
-            draft_ids = target_ids if self.same_vocabulary else self._draft_prompt_ids(prompt, messages, target_ids)
-            draft_limit = self.draft_backend.max_context
-            if len(draft_ids) + max_new_tokens + 16 > draft_limit:
-                raise InputError(
-                    f"prompt ({len(draft_ids)} draft tokens) + max_new_tokens ({max_new_tokens}) exceeds the draft's "
-                    f"context of {draft_limit} tokens: use a draft with a longer context, drafter='lookup', or assisted=False")
-        fixed_costs = None
-        if sampling.do_sample and seed is not None and self.draft_length == "adaptive":
-            # measured timings would make the number of random draws per round, and so the sampled
-            # text, depend on machine load: seeded sampling plans with a cost model from model sizes
-            fixed_costs = self._estimated_costs()
-        policy = make_policy(self.draft_length, self.num_draft_tokens, fixed_costs=fixed_costs)
-        request = DecodeRequest(target_ids, max_new_tokens, self.target.eos_ids, stop_strings, draft_request)
-        return DecodeSession(self.target_backend, self.target.tokenizer, drafter, self._verifier(sampling, generator),
-                             policy, request)
+            generator.manual_seed(sampling.seed if sampling.seed is not None else torch.seed())
+        messages = list(request.messages) if request.messages is not None else None
+        draft_request = DraftRequest(target_ids, prompt=request.prompt, messages=messages)
+        decode_request = DecodeRequest(target_ids, request.max_new_tokens, self.target.eos_ids,
+                                       request.stop_strings, draft_request)
+        return DecodeSession(self.target_backend, self.target.tokenizer, self._drafter(plan.drafter, sampling, generator),
+                             self._verifier(plan.verifier, sampling, generator), plan.policy, decode_request)
+
+    def _check_draft_context(self, request: GenerationRequest, target_ids: list[int]) -> None:
+        assert self.draft_backend is not None
+        draft_ids = (target_ids if self.same_vocabulary
+                     else self._draft_prompt_ids(request.prompt, request.messages, target_ids))
+        limit = self.draft_backend.max_context
+        if len(draft_ids) + request.max_new_tokens + 16 > limit:
+            raise InputError(
+                f"prompt ({len(draft_ids)} draft tokens) + max_new_tokens ({request.max_new_tokens}) exceeds the "
+                f"draft's context of {limit} tokens: use a draft with a longer context, drafter='lookup', "
+                "or assisted=False")
 
     def generate(self, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
                  max_new_tokens: int = 128, stop: Union[str, Sequence[str], None] = None,
@@ -276,8 +283,9 @@ class AnyPairGenerator:
                  seed: Optional[int] = None, assisted: bool = True) -> GenerationResult:
         """Generate up to `max_new_tokens` target tokens; returns text, target ids and statistics."""
         with self._claim("a generate() call"):
-            session = self._session(prompt, messages, max_new_tokens, stop, do_sample, temperature, top_k, top_p,
-                                    seed, assisted)
+            session = self._session(GenerationRequest.of(
+                prompt, messages=messages, max_new_tokens=max_new_tokens, stop=stop, do_sample=do_sample,
+                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, assisted=assisted))
             self.last_result = session.run()
         return self.last_result
 
@@ -290,7 +298,8 @@ class AnyPairGenerator:
         From its first chunk until it is exhausted, closed (`.close()`) or dropped, the stream owns
         this generator: another request meanwhile raises InputError instead of corrupting it."""
         with self._claim("an open stream"):
-            session = self._session(prompt, messages, max_new_tokens, stop, do_sample, temperature, top_k, top_p,
-                                    seed, assisted)
+            session = self._session(GenerationRequest.of(
+                prompt, messages=messages, max_new_tokens=max_new_tokens, stop=stop, do_sample=do_sample,
+                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, assisted=assisted))
             yield from session
             self.last_result = session.result

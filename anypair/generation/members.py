@@ -8,6 +8,8 @@ Engines:
 - "llama.cpp": a GGUF file on llama.cpp (`backends.llama_cpp`): the draft's default where
   llama-cpp-python is installed and the draft has a GGUF (every zoo model has one), and a target
   engine for a user's own GGUF (not batch-invariant: see that module).
+- any other: a `ModelBackend` wrapped by `member_from_backend` and passed to AnyPairGenerator as
+  the target or the draft (a loaded member is used as it is).
 """
 from __future__ import annotations
 
@@ -21,11 +23,11 @@ import torch
 
 from anypair.backends.base import ModelBackend
 from anypair.errors import BackendError, InputError
+from anypair.generation.checks import BACKENDS, check_engine
 from anypair.tokenization.base import TokenizerAdapter
 
 logger = logging.getLogger("anypair")
 
-ENGINES = ("auto", "torch", "llama.cpp")
 ModelSpec = Union[str, "os.PathLike[str]", tuple]  # hub id, local folder, .gguf file, or (model, hf_tokenizer)
 
 
@@ -89,6 +91,29 @@ def _num_layers(config) -> int:
     return int(getattr(text, "num_hidden_layers", 1) or 1)
 
 
+def member_from_backend(backend: ModelBackend, hf_tokenizer: Any, *, role: str, name: str, engine: EngineChoice,
+                        generation_config: Any = None, model: Any = None, weights_bytes: int = 0, num_layers: int = 1,
+                        gguf_path: Optional[Path] = None, check_contract: bool = True) -> LoadedModel:
+    """A member on any engine, from its `ModelBackend` and the model's transformers tokenizer.
+
+    This is all a new engine needs besides its backend (see backends/base.py): build the member
+    here and pass it to `AnyPairGenerator` as the target or the draft (a member is used as it is,
+    nothing loads again). A target's backend is checked against the batch-invariance contract
+    (`invariance` holds the measurement; a failure is logged, since outputs may then differ from
+    the target's own single-token run at near-ties). `check_contract=False`: the caller checks."""
+    from anypair.tokenization import from_hf
+
+    adapter = from_hf(hf_tokenizer, model_vocab_size=backend.vocab_size)
+    member = LoadedModel(name, hf_tokenizer, adapter, _eos_ids(adapter, generation_config), backend, engine, model,
+                         weights_bytes, num_layers, gguf_path)
+    if role == "target" and check_contract:
+        report = check_target_contract(member)
+        member.invariance = report.describe()
+        if not report.holds:
+            logger.warning("anypair: target %s on %s: %s", name, engine.engine, report.describe())
+    return member
+
+
 # -- where a spec's GGUF is --------------------------------------------------------------------------
 
 def gguf_of(spec: ModelSpec) -> Optional[Path]:
@@ -126,8 +151,7 @@ def _zoo_gguf(name: str, path: Path) -> Path:
 def resolve_engine(spec: ModelSpec, engine: str, role: str) -> str:
     """"auto": llama.cpp for a .gguf file, and for a draft that has a GGUF when llama-cpp-python is
     installed; torch otherwise."""
-    if engine not in ENGINES:
-        raise InputError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
+    check_engine(engine)
     from anypair.backends.llama_cpp import llama_cpp_available
 
     is_gguf_file = not isinstance(spec, tuple) and str(spec).endswith(".gguf")
@@ -172,7 +196,6 @@ def _llama_cpp_tokenizer(spec: ModelSpec, gguf: Path):
 
 def load_llama_cpp_member(spec: ModelSpec, *, role: str, threads: Optional[int], context: Optional[int]) -> LoadedModel:
     from anypair.backends.llama_cpp import LlamaCppBackend
-    from anypair.tokenization import from_hf
 
     gguf = gguf_of(spec)
     if gguf is None:
@@ -181,10 +204,10 @@ def load_llama_cpp_member(spec: ModelSpec, *, role: str, threads: Optional[int],
     gguf = _zoo_gguf(str(spec), gguf)
     tokenizer, generation = _llama_cpp_tokenizer(spec, gguf)
     backend = LlamaCppBackend(gguf, name=f"{role} {spec}", threads=threads, context=context)
-    adapter = from_hf(tokenizer, model_vocab_size=backend.vocab_size)
-    return LoadedModel(str(spec), tokenizer, adapter, _eos_ids(adapter, generation), backend,
-                       EngineChoice("llama.cpp", gguf.name, "GGUF on llama.cpp"), None,
-                       gguf.stat().st_size, backend.num_layers, gguf)
+    return member_from_backend(backend, tokenizer, role=role, name=str(spec),
+                               engine=EngineChoice("llama.cpp", gguf.name, "GGUF on llama.cpp"),
+                               generation_config=generation, weights_bytes=gguf.stat().st_size,
+                               num_layers=backend.num_layers, gguf_path=gguf)
 
 
 def _load_torch_model(spec: ModelSpec, dtype: Optional[torch.dtype], device: str):
@@ -244,7 +267,7 @@ def load_torch_member(spec: ModelSpec, *, role: str, weights: str, device: str, 
                                weights_bytes(model))
         if role != "target":
             return member
-        report = _check_target_contract(member)
+        report = check_target_contract(member)
         member.invariance = report.describe()
         if report.holds or candidate in ("fp32", "as-given"):
             if not report.holds:
@@ -258,24 +281,25 @@ def load_torch_member(spec: ModelSpec, *, role: str, weights: str, device: str, 
 
 def _torch_member(model, hf_tok, name: str, role: str, backend_name: str, engine: EngineChoice,
                   held_bytes: int) -> LoadedModel:
-    from anypair.backends.torch_hf import TorchBackend, model_vocab_rows
-    from anypair.tokenization import from_hf
+    from anypair.backends.torch_hf import TorchBackend
 
-    adapter = from_hf(hf_tok, model_vocab_size=model_vocab_rows(model))
-    eos = _eos_ids(adapter, getattr(model, "generation_config", None))
     if backend_name == "ipex":
         from anypair.backends.ipex import make_ipex_backend
 
-        probe = adapter.encode_continuation("def add(a, b):\n    return a + b\n\nprint(add(2, 3))")
+        probe = hf_tok("def add(a, b):\n    return a + b\n\nprint(add(2, 3))", add_special_tokens=False)["input_ids"]
         backend: ModelBackend = make_ipex_backend(model, probe, name=f"{role} {name}")
     elif backend_name == "torch":
         backend = TorchBackend(model, name=f"{role} {name}")
     else:
-        raise InputError(f"unknown backend {backend_name!r}: use 'torch' or 'ipex'")
-    return LoadedModel(name, hf_tok, adapter, eos, backend, engine, model, held_bytes, _num_layers(model.config))
+        raise InputError(f"unknown backend {backend_name!r}: use one of {', '.join(BACKENDS)}")
+    # the caller checks a target's contract: a failing weights format falls back to the next one
+    return member_from_backend(backend, hf_tok, role=role, name=name, engine=engine,
+                               generation_config=getattr(model, "generation_config", None), model=model,
+                               weights_bytes=held_bytes, num_layers=_num_layers(model.config), check_contract=False)
 
 
-def _check_target_contract(member: LoadedModel):
+def check_target_contract(member: LoadedModel):
+    """The batch-invariance contract (backends.contract) measured on a loaded target."""
     from anypair.backends.contract import PROBE_TEXT, check_batch_invariance
 
     ids = member.tokenizer.encode_continuation(PROBE_TEXT)

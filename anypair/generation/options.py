@@ -1,0 +1,174 @@
+"""Options resolved once, and requests planned by a pure function.
+
+- `GeneratorOptions`: everything `AnyPairGenerator` is built with, checked and normalised when it
+  is made (a bad option is a one-line `InputError` before any model loads) and frozen after.
+- `GenerationRequest`: one call's arguments (text or conversation, length, stops, sampling),
+  checked the same way.
+- `plan_request(options, request, pair) -> RequestPlan`: which drafter, verifier and draft-length
+  policy serve the request. It reads only its arguments, so every choice the generator makes per
+  request can be tested without a model.
+
+    options = GeneratorOptions(drafter="hybrid", num_draft_tokens=4)
+    request = GenerationRequest.of("def fib(n):", max_new_tokens=64)
+    plan = plan_request(options, request, PairFacts(has_draft_model=True, ...))
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Optional, Sequence, Union
+
+import torch
+
+from anypair.drafters.base import Drafter
+from anypair.errors import InputError
+from anypair.generation.checks import check_choices, check_member_options, check_options, check_request
+from anypair.policies import DraftLengthPolicy, StepCosts, make_policy
+from anypair.types import SamplingConfig
+
+DrafterKind = Literal["none", "model", "lookup", "hybrid", "given"]
+VerifierKind = Literal["greedy", "sampling"]
+
+
+def weights_from_dtype(dtype: Union[str, torch.dtype, None]) -> str:
+    """The older `dtype=` option, as a weights format ("auto", "fp32", "fp16" or "bf16")."""
+    from anypair.backends.weights import parse_weights
+
+    if isinstance(dtype, torch.dtype):
+        names = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+        if dtype not in names:
+            raise InputError(f"unsupported dtype {dtype}: use weights='fp32', 'fp16' or 'bf16'")
+        return names[dtype]
+    return parse_weights(dtype)
+
+
+@dataclass(frozen=True)
+class GeneratorOptions:
+    """AnyPairGenerator's options (see its docstring for what each does). Made once, checked at
+    once, never changed: to try other options, build another generator on the loaded members
+    (`AnyPairGenerator(gen.target, gen.draft, ...)` loads nothing again)."""
+
+    drafter: Union[str, Drafter] = "model"
+    draft_length: Union[str, DraftLengthPolicy] = "adaptive"
+    num_draft_tokens: Optional[int] = None
+    confidence_threshold: Optional[float] = None
+    sampled_drafts: str = "greedy"
+    weights: str = "auto"
+    draft_weights: str = "auto"
+    engine: str = "auto"
+    draft_engine: str = "auto"
+    context: Optional[int] = None
+    device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")
+    backend: str = "torch"
+    linear_kernel: str = "auto"
+    threads: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        from anypair.backends.weights import parse_weights
+
+        check_options(self.num_draft_tokens, self.confidence_threshold, self.threads)
+        check_choices(self.drafter, self.draft_length, self.sampled_drafts)
+        check_member_options(self.engine, self.draft_engine, self.backend, self.linear_kernel, self.context,
+                             self.device)
+        # spelled-out names ("float16") are stored as the short ones every later check compares with
+        object.__setattr__(self, "weights", parse_weights(self.weights))
+        object.__setattr__(self, "draft_weights", parse_weights(self.draft_weights))
+
+    @classmethod
+    def of(cls, *, dtype: Union[str, torch.dtype, None] = None, weights: Optional[str] = None,
+           device: Optional[str] = None, **options) -> GeneratorOptions:
+        """From AnyPairGenerator's keyword arguments: `dtype=` is the older name of `weights=`, and
+        `device=None` means the GPU when there is one."""
+        if weights is not None and dtype is not None:
+            raise InputError("pass weights= or its older name dtype=, not both")
+        resolved = dict(weights=weights if weights is not None else weights_from_dtype(dtype), **options)
+        if device is not None:
+            resolved["device"] = device
+        return cls(**resolved)
+
+    @property
+    def uses_draft_model(self) -> bool:
+        """Whether the drafter named here runs the draft model (a Drafter instance brings its own)."""
+        return self.drafter in ("model", "hybrid")
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One generate() or stream() call, checked. Exactly one of `prompt` (raw text to continue)
+    and `messages` (a chat conversation) is set."""
+
+    prompt: Optional[str]
+    messages: Optional[tuple[dict, ...]]
+    max_new_tokens: int
+    stop_strings: tuple[str, ...]
+    sampling: SamplingConfig
+    assisted: bool
+
+    @classmethod
+    def of(cls, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
+           max_new_tokens: int = 128, stop: Union[str, Sequence[str], None] = None, do_sample: bool = False,
+           temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: Optional[int] = None,
+           assisted: bool = True) -> GenerationRequest:
+        """From generate()'s arguments (raises InputError on bad ones)."""
+        check_request(prompt, messages, max_new_tokens)
+        stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+        if not all(isinstance(s, str) and s for s in stops):
+            raise InputError(f"stop must be a non-empty string or a list of them, got {stop!r}")
+        sampling = SamplingConfig(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        return cls(prompt, tuple(messages) if messages is not None else None, max_new_tokens, stops, sampling,
+                   bool(assisted))
+
+    @property
+    def seeded_sampling(self) -> bool:
+        return self.sampling.do_sample and self.sampling.seed is not None
+
+
+@dataclass(frozen=True)
+class PairFacts:
+    """What planning needs to know of the loaded pair."""
+
+    has_draft_model: bool
+    # timing-free step costs (see policies.estimated_step_costs), what a seeded sampling request
+    # plans with: of drafting with the draft model (None without one), and of drafting for free
+    # (n-gram lookup, or a drafter the generator knows nothing of when there is no draft model)
+    model_draft_costs: Optional[StepCosts]
+    lookup_draft_costs: StepCosts
+
+
+@dataclass(frozen=True)
+class RequestPlan:
+    """What serves one request."""
+
+    drafter: DrafterKind  # "none": the target alone; "given": the Drafter instance in the options
+    verifier: VerifierKind
+    policy: DraftLengthPolicy
+    # fixed step costs the adaptive policy prices rounds with instead of timings (seeded sampling);
+    # None: measured timings
+    fixed_costs: Optional[StepCosts] = None
+
+    @property
+    def drafts_with_model(self) -> bool:
+        return self.drafter in ("model", "hybrid")
+
+
+def plan_request(options: GeneratorOptions, request: GenerationRequest, pair: PairFacts) -> RequestPlan:
+    """Choose the drafter, verifier and policy for `request`. Pure: same arguments, same plan.
+
+    A seeded sampling request with the adaptive policy plans with timing-free costs: measured
+    timings would make the number of random draws per round, and so the sampled text, depend on
+    how busy the machine is."""
+    drafter: DrafterKind
+    if not request.assisted:
+        drafter = "none"
+    elif isinstance(options.drafter, Drafter):
+        drafter = "given"
+    elif options.drafter == "model" and not pair.has_draft_model:
+        drafter = "none"  # AnyPairGenerator(target) alone: the documented way to run the target by itself
+    else:
+        drafter = options.drafter  # type: ignore[assignment]  (checked against DRAFTERS at construction)
+    fixed_costs = None
+    if request.seeded_sampling and options.draft_length == "adaptive":
+        uses_model = pair.model_draft_costs is not None and drafter != "lookup"
+        fixed_costs = pair.model_draft_costs if uses_model else pair.lookup_draft_costs
+    policy = make_policy(options.draft_length, options.num_draft_tokens, fixed_costs=fixed_costs)
+    verifier: VerifierKind = "sampling" if request.sampling.do_sample else "greedy"
+    return RequestPlan(drafter, verifier, policy, fixed_costs)

@@ -1,0 +1,164 @@
+"""Options resolved once (`GeneratorOptions`, `GenerationRequest`) and the pure request planner
+(`plan_request`): checked and planned without loading a model."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import pytest
+import torch
+
+from anypair.drafters.base import DraftRequest, Drafter
+from anypair.errors import InputError
+from anypair.generation.options import (
+    GenerationRequest,
+    GeneratorOptions,
+    PairFacts,
+    plan_request,
+)
+from anypair.policies import AdaptiveLength, ConstantLength, HeuristicLength, StepCosts
+from anypair.types import DraftBudget, Proposal
+
+MODEL_COSTS = StepCosts(draft_step=0.1, verify_slope=0.05)
+FREE_COSTS = StepCosts(draft_step=1e-3, verify_slope=0.05)
+WITH_DRAFT = PairFacts(has_draft_model=True, model_draft_costs=MODEL_COSTS, lookup_draft_costs=FREE_COSTS)
+WITHOUT_DRAFT = PairFacts(has_draft_model=False, model_draft_costs=None, lookup_draft_costs=FREE_COSTS)
+GREEDY = GenerationRequest.of("def f():")
+SEEDED = GenerationRequest.of("def f():", do_sample=True, temperature=0.7, seed=3)
+UNSEEDED = GenerationRequest.of("def f():", do_sample=True, temperature=0.7)
+
+
+class ScriptedDrafter(Drafter):
+    name = "scripted"
+
+    def start(self, request: DraftRequest) -> None:
+        pass
+
+    def propose(self, budget: DraftBudget) -> Proposal:
+        return Proposal([], source=self.name)
+
+    def commit(self, new_target_ids: Sequence[int]) -> None:
+        pass
+
+
+# -- GeneratorOptions --------------------------------------------------------------------------------
+
+def test_options_are_frozen_after_construction():
+    options = GeneratorOptions()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.draft_length = "constant"  # type: ignore[misc]
+
+
+def test_weight_names_are_normalised_and_dtype_is_the_older_name_of_weights():
+    assert GeneratorOptions(weights="float16", draft_weights="bfloat16").weights == "fp16"
+    assert GeneratorOptions(weights="float16", draft_weights="bfloat16").draft_weights == "bf16"
+    assert GeneratorOptions.of(dtype=torch.float32).weights == "fp32"
+    assert GeneratorOptions.of(dtype="bf16").weights == "bf16"
+    assert GeneratorOptions.of().weights == "auto"
+    with pytest.raises(InputError, match="not both"):
+        GeneratorOptions.of(weights="fp16", dtype="fp32")
+    with pytest.raises(InputError, match="dtype"):
+        GeneratorOptions.of(dtype=torch.int8)
+
+
+def test_device_defaults_to_the_gpu_only_when_there_is_one():
+    assert GeneratorOptions().device == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert GeneratorOptions.of(device="cpu").device == "cpu"
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"num_draft_tokens": 0}, "num_draft_tokens"), ({"num_draft_tokens": 2.5}, "num_draft_tokens"),
+    ({"num_draft_tokens": True}, "num_draft_tokens"), ({"confidence_threshold": -0.1}, "confidence_threshold"),
+    ({"threads": 0}, "threads"), ({"drafter": "fast"}, "drafter"), ({"draft_length": "quick"}, "draft_length"),
+    ({"sampled_drafts": "random"}, "sampled_drafts"), ({"weights": "fp8"}, "weights"),
+    ({"draft_weights": "q4"}, "weights"), ({"engine": "onnx"}, "engine"), ({"draft_engine": "vllm"}, "draft_engine"),
+    ({"backend": "openvino"}, "backend"), ({"linear_kernel": "blas"}, "linear_kernel"), ({"context": 8}, "context"),
+    ({"device": 0}, "device"),
+])
+def test_each_bad_option_is_a_one_line_input_error_naming_it(options, named):
+    with pytest.raises(InputError, match=named) as caught:
+        GeneratorOptions(**options)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_hybrid_drafter_without_a_draft_model_is_refused_before_loading():
+    from anypair import AnyPairGenerator
+
+    # the error names the drafter, not the missing folder: nothing was loaded first
+    with pytest.raises(InputError, match="hybrid"):
+        AnyPairGenerator("/no/such/model/folder", None, drafter="hybrid")
+
+
+# -- GenerationRequest -------------------------------------------------------------------------------
+
+def test_a_request_keeps_its_arguments_in_checked_form():
+    request = GenerationRequest.of(messages=[{"role": "user", "content": "hi"}], max_new_tokens=7, stop="\n\n",
+                                   do_sample=True, temperature=0.5, top_p=0.9, seed=1, assisted=False)
+    assert request.prompt is None and request.messages == ({"role": "user", "content": "hi"},)
+    assert request.stop_strings == ("\n\n",) and request.max_new_tokens == 7 and not request.assisted
+    assert request.sampling.temperature == 0.5 and request.sampling.top_p == 0.9 and request.seeded_sampling
+    assert GenerationRequest.of("x", stop=["a", "b"]).stop_strings == ("a", "b")
+
+
+@pytest.mark.parametrize("arguments, fragment", [
+    ({}, "exactly one"), ({"prompt": "x", "messages": [{"role": "user", "content": "y"}]}, "exactly one"),
+    ({"prompt": ""}, "empty"), ({"prompt": "x", "max_new_tokens": 0}, "max_new_tokens"),
+    ({"prompt": "x", "stop": [""]}, "stop"), ({"prompt": "x", "stop": [3]}, "stop"),
+    ({"prompt": "x", "do_sample": True, "temperature": 0}, "temperature"),
+])
+def test_bad_requests_are_refused(arguments, fragment):
+    with pytest.raises(InputError, match=fragment):
+        GenerationRequest.of(**arguments)
+
+
+# -- plan_request ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("drafter, pair, request_, expected", [
+    ("model", WITH_DRAFT, GREEDY, "model"),
+    ("model", WITHOUT_DRAFT, GREEDY, "none"),  # AnyPairGenerator(target): the target alone
+    ("lookup", WITHOUT_DRAFT, GREEDY, "lookup"),
+    ("hybrid", WITH_DRAFT, GREEDY, "hybrid"),
+    ("model", WITH_DRAFT, GenerationRequest.of("x", assisted=False), "none"),
+    ("hybrid", WITH_DRAFT, GenerationRequest.of("x", assisted=False), "none"),
+])
+def test_the_plan_names_the_drafter(drafter, pair, request_, expected):
+    plan = plan_request(GeneratorOptions(drafter=drafter), request_, pair)
+    assert plan.drafter == expected
+    assert plan.drafts_with_model == (expected in ("model", "hybrid"))
+
+
+def test_a_drafter_instance_is_planned_as_given():
+    assert plan_request(GeneratorOptions(drafter=ScriptedDrafter()), GREEDY, WITHOUT_DRAFT).drafter == "given"
+
+
+def test_sampling_requests_get_the_sampling_verifier():
+    assert plan_request(GeneratorOptions(), GREEDY, WITH_DRAFT).verifier == "greedy"
+    assert plan_request(GeneratorOptions(), UNSEEDED, WITH_DRAFT).verifier == "sampling"
+
+
+def test_only_seeded_sampling_with_the_adaptive_policy_plans_without_timings():
+    assert plan_request(GeneratorOptions(), SEEDED, WITH_DRAFT).fixed_costs == MODEL_COSTS
+    assert plan_request(GeneratorOptions(drafter="lookup"), SEEDED, WITH_DRAFT).fixed_costs == FREE_COSTS
+    assert plan_request(GeneratorOptions(drafter=ScriptedDrafter()), SEEDED, WITHOUT_DRAFT).fixed_costs == FREE_COSTS
+    assert plan_request(GeneratorOptions(), UNSEEDED, WITH_DRAFT).fixed_costs is None
+    assert plan_request(GeneratorOptions(), GREEDY, WITH_DRAFT).fixed_costs is None
+    assert plan_request(GeneratorOptions(draft_length="constant"), SEEDED, WITH_DRAFT).fixed_costs is None
+
+
+def test_the_policy_follows_draft_length_and_num_draft_tokens():
+    constant = plan_request(GeneratorOptions(draft_length="constant", num_draft_tokens=3), GREEDY, WITH_DRAFT).policy
+    assert isinstance(constant, ConstantLength) and constant.next_length() == 3
+    heuristic = plan_request(GeneratorOptions(draft_length="heuristic", num_draft_tokens=4), GREEDY, WITH_DRAFT).policy
+    assert isinstance(heuristic, HeuristicLength) and heuristic.next_length() == 4
+    adaptive = plan_request(GeneratorOptions(num_draft_tokens=2), GREEDY, WITH_DRAFT).policy
+    assert isinstance(adaptive, AdaptiveLength) and adaptive.next_length() == 2
+    given = ConstantLength(1)
+    assert plan_request(GeneratorOptions(draft_length=given), GREEDY, WITH_DRAFT).policy is given
+
+
+def test_planning_is_pure():
+    options = GeneratorOptions(draft_length="constant", num_draft_tokens=3)
+    first, second = (plan_request(options, SEEDED, WITH_DRAFT) for _ in range(2))
+    assert (first.drafter, first.verifier, first.fixed_costs) == (second.drafter, second.verifier, second.fixed_costs)
+    assert first.policy is not second.policy  # a policy has per-request state: each plan gets its own
+    assert options == GeneratorOptions(draft_length="constant", num_draft_tokens=3)
