@@ -230,7 +230,7 @@ def test_anypair_bench_end_to_end_on_the_test_pair(zoo_fetch, tmp_path):
 
     path = tmp_path / "bench.json"
     status = main(["bench", "-m", QWEN_SMALL, "-a", SMOL, "--n", "1", "--max-new-tokens", "12", "--compare-hf",
-                   "--threads", "2", "--json", str(path)])
+                   "--threads", "1", "--json", str(path)])
     assert status == 0
     saved = json.loads(path.read_text())
     rows = {row["method"]: row for row in saved["runs"]}
