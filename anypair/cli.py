@@ -106,19 +106,18 @@ def run_generate(args) -> int:
 
 
 def run_bench_cmd(args) -> int:
-    from anypair.bench import format_report, humaneval_prompts, run_bench, save_json
+    from anypair.benchmarking.bench import run_bench
+    from anypair.benchmarking.prompts import humaneval_prompts, prompts_from_file
+    from anypair.benchmarking.report import format_report, save_json
 
     _checked_options(args, drafter="model")
-    if args.prompts:
-        with open(args.prompts) as f:
-            text = f.read()
-        prompts = [p for p in text.split("\n\n\n") if p.strip()][: args.n]
-    else:
-        prompts = humaneval_prompts(args.n)
+    if args.n < 1 or args.repeats < 1:
+        raise InputError(f"--n and --repeats must be at least 1, got {args.n} and {args.repeats}")
+    prompts = prompts_from_file(args.prompts, args.n) if args.prompts else humaneval_prompts(args.n)
     drafters = [d.strip() for d in (args.drafters or args.drafter).split(",") if d.strip()]
     unknown = sorted(set(drafters) - {"model", "lookup", "hybrid"})
-    if unknown:
-        raise InputError(f"unknown drafter(s) {unknown}: choose among model, lookup, hybrid")
+    if unknown or not drafters:
+        raise InputError(f"unknown drafter(s) {unknown or repr(args.drafters)}: choose among model, lookup, hybrid")
     draft = None if drafters == ["lookup"] else args.assistant_model
     report = run_bench(args.model, draft, prompts, max_new_tokens=args.max_new_tokens, drafters=drafters,
                        compare_hf=args.compare_hf, compare_llama_cpp=not args.no_llama_cpp, chat=args.chat,

@@ -1,8 +1,9 @@
 """Draft-length policy benchmark: which policy turns a draft into the most speed on this machine.
 
-Greedy, one loaded pair, interleaved per prompt (the target alone first, then anypair with each
-policy), so machine drift cancels. Every assisted output is checked token for token against the
-target's own; a mismatch stops the run. Policies:
+Greedy, one loaded pair, one generator per policy on it, on anypair's interleaved harness
+(`anypair.benchmarking`): per prompt the target alone first, then anypair with each policy in an order
+that rotates from prompt to prompt, so machine drift cancels. Every assisted output is checked token
+for token against the target's own; a mismatch stops the run. Policies:
 
 - adaptive: the default (confidence stopping, measured costs, probes that back off);
 - adaptive-fixed-probe: the same with a fixed probe interval of 12 idle rounds (the policy before
@@ -21,10 +22,12 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from anypair.bench import humaneval_prompts
-from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+from anypair.benchmarking.harness import Job, JobRuns, OutputMismatch, run_interleaved
+from anypair.benchmarking.methods import AnyPairMethod, Decoding, Method
+from anypair.benchmarking.prompts import BenchPrompt, humaneval_prompts
 from anypair.machine import describe_machine
 from anypair.policies import AdaptiveLength, ConstantLength, DraftLengthPolicy, HeuristicLength
+from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
 POLICIES: dict[str, Callable[[], DraftLengthPolicy]] = {
     "adaptive": AdaptiveLength,
@@ -58,38 +61,38 @@ def main() -> None:
     args = parser.parse_args()
     names = [p.strip() for p in args.policies.split(",") if p.strip()]
     unknown = [p for p in names if p not in POLICIES]
-    if unknown:
-        parser.error(f"unknown policies {unknown}; choose from {list(POLICIES)}")
+    if unknown or not names:
+        parser.error(f"unknown policies {unknown or args.policies!r}; choose from {list(POLICIES)}")
 
     from anypair.generation.generator import AnyPairGenerator
 
     gen = AnyPairGenerator(args.target, args.draft, threads=args.threads)
-    prompts = humaneval_prompts(args.n)
-
-    def run(prompt: str, policy: str | None):
-        if policy is None:
-            return gen.generate(prompt, max_new_tokens=args.max_new_tokens, assisted=False)
-        gen.draft_length = POLICIES[policy]()
-        return gen.generate(prompt, max_new_tokens=args.max_new_tokens)
-
-    run(prompts[0], None)  # warm-up: one-off allocations and kernel choice
-    run(prompts[0], names[0])
+    # one generator per policy on the members loaded once; a policy resets itself for each request
+    methods: list[Method] = [AnyPairMethod("target", gen, assisted=False)]
+    for name in names:
+        generator = AnyPairGenerator(gen.target, gen.draft, threads=args.threads, draft_length=POLICIES[name]())
+        methods.append(AnyPairMethod(name, generator, assisted=True, draft_name=args.draft))
+    jobs = [Job(i, BenchPrompt(text), Decoding(args.max_new_tokens))
+            for i, text in enumerate(humaneval_prompts(args.n))]
     runs: list[PolicyRun] = []
-    for i, prompt in enumerate(prompts):
-        base = run(prompt, None)
-        line = [f"prompt {i}: target {base.stats.tokens_per_second:.2f} tok/s"]
-        for name in names:
-            result = run(prompt, name)
-            if list(result.target_ids) != list(base.target_ids):
-                raise SystemExit(f"policy {name} changed the output of prompt {i}: that is a bug, not a figure")
-            s = result.stats
-            speedup = s.tokens_per_second / base.stats.tokens_per_second
-            runs.append(PolicyRun(i, name, s.tokens_per_second, speedup, s.rounds,
-                                  s.draft_tokens_proposed, s.draft_tokens_accepted))
-            line.append(f"{name} {speedup:.2f}x ({s.draft_tokens_accepted}/{s.draft_tokens_proposed} in {s.rounds} rounds)")
+
+    def record(done: JobRuns) -> None:
+        base = done.runs[0]
+        line = [f"prompt {done.job.example}: target {base.tokens_per_s:.2f} tok/s"]
+        for figures, output in zip(done.runs[1:], done.outputs[1:]):
+            speedup = figures.tokens_per_s / base.tokens_per_s
+            runs.append(PolicyRun(done.job.example, figures.method, figures.tokens_per_s, speedup, figures.rounds,
+                                  output.draft_tokens_proposed, output.draft_tokens_accepted))
+            line.append(f"{figures.method} {speedup:.2f}x "
+                        f"({output.draft_tokens_accepted}/{output.draft_tokens_proposed} in {figures.rounds} rounds)")
         print(" | ".join(line), flush=True)
 
-    print(f"\n| policy | median speedup | per prompt | accepted / proposed |\n|---|---|---|---|")
+    try:
+        run_interleaved(methods, jobs, progress=False, after_job=record, stop_on_mismatch=True)
+    except OutputMismatch as mismatch:
+        raise SystemExit(str(mismatch)) from mismatch
+
+    print("\n| policy | median speedup | per prompt | accepted / proposed |\n|---|---|---|---|")
     for name in names:
         mine = [r for r in runs if r.policy == name]
         print(f"| {name} | {statistics.median(r.speedup for r in mine):.2f}x | "

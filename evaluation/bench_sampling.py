@@ -3,9 +3,10 @@ speculative sampling, and of transformers' own assisted sampling for different t
 (`generate(assistant_model=..., tokenizer=..., assistant_tokenizer=..., do_sample=True)`), on the
 same pair, engines and threads, side by side and interleaved per prompt so machine drift cancels.
 
-Same setup as the greedy `anypair bench` (whose figures, tables and prompts it reuses): Qwen2.5-Coder-1.5B
-target, SmolLM2-135M draft, the first 10 HumanEval prompts, 128 new tokens, auto weights, 2 threads; at
-temperatures 1.0 and 0.7. Prints a rich table per temperature and the medians; `--json` saves all.
+Same setup as the greedy `anypair bench`, whose harness, methods, tables and prompts it shares
+(`anypair.benchmarking`): the default pair (Qwen2.5-Coder-1.5B target, SmolLM2-135M draft), the first
+10 HumanEval prompts, 128 new tokens, auto weights, 2 threads; at temperatures 1.0 and 0.7. Prints a
+rich table per temperature and the medians; `--json` saves all.
 
     python evaluation/bench_sampling.py                       # the full run (~1 h on a 2-core CPU)
     python evaluation/bench_sampling.py --n 2 --max-new-tokens 32 --target Qwen/Qwen2.5-Coder-0.5B-Instruct
@@ -16,38 +17,21 @@ import argparse
 import json
 import statistics
 import sys
-import time
-from dataclasses import asdict
 from typing import Optional
 
 import torch
 
-from anypair.bench import BenchReport, RunFigures, figures_from_result, format_report, humaneval_prompts
+from anypair.benchmarking.harness import Job, JobRuns, run_interleaved
+from anypair.benchmarking.methods import AnyPairMethod, Decoding, MethodOutput, TorchAssistant, TransformersMethod
+from anypair.benchmarking.prompts import BenchPrompt, humaneval_prompts
+from anypair.benchmarking.report import BenchReport, format_report
+from anypair.generation.members import LoadedModel
 from anypair.machine import describe_machine
-from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from anypair.types import SamplingConfig
-
-METHODS = ("target", "anypair", "hf-uag")
-
-
-def hf_assisted_sampling(gen, hf_draft_model, prompt_ids: list[int], max_new_tokens: int,
-                         cfg: SamplingConfig) -> tuple[list[int], float]:
-    """transformers' assisted sampling on the same target and a copy of the draft (universal
-    assisted generation when the tokenizers differ). Returns (new target ids, seconds)."""
-    input_ids = torch.tensor([prompt_ids], device=gen.target.model.device)
-    kwargs = dict(max_new_tokens=max_new_tokens, do_sample=True, temperature=cfg.temperature, top_k=cfg.top_k,
-                  top_p=cfg.top_p, assistant_model=hf_draft_model, attention_mask=torch.ones_like(input_ids),
-                  eos_token_id=sorted(gen.target.eos_ids), pad_token_id=min(gen.target.eos_ids))
-    if not gen.same_vocabulary:
-        kwargs.update(tokenizer=gen.target.hf_tokenizer, assistant_tokenizer=gen.draft.hf_tokenizer)
-    torch.manual_seed(cfg.seed if cfg.seed is not None else 0)
-    started = time.perf_counter()
-    with torch.inference_mode():
-        out = gen.target.model.generate(input_ids, **kwargs)
-    return out[0, len(prompt_ids):].tolist(), time.perf_counter() - started
+from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
 
-def target_logprob(gen, prompt_ids: list[int], new_ids: list[int], cfg: SamplingConfig) -> Optional[float]:
+def target_logprob(target: LoadedModel, prompt_ids: list[int], new_ids: list[int], decoding: Decoding) -> Optional[float]:
     """Mean log-probability of `new_ids` under the target's own warped sampling law (one forward
     pass, untimed). Sampling from the target gives about the same mean whoever drafted; a method
     that accepts tokens the target would rarely sample shows a much lower figure."""
@@ -55,20 +39,16 @@ def target_logprob(gen, prompt_ids: list[int], new_ids: list[int], cfg: Sampling
 
     if not new_ids:
         return None
-    ids = torch.tensor([list(prompt_ids) + list(new_ids)], device=gen.target.model.device)
+    law = SamplingConfig(do_sample=True, temperature=decoding.temperature, top_k=decoding.top_k, top_p=decoding.top_p)
+    ids = torch.tensor([list(prompt_ids) + list(new_ids)], device=target.model.device)
     with torch.no_grad():
-        logits = gen.target.model(ids).logits[0, len(prompt_ids) - 1: -1].float()
-    real = gen.target.tokenizer.vocab_size
+        logits = target.model(ids).logits[0, len(prompt_ids) - 1: -1].float()
+    real = target.tokenizer.vocab_size
     total = 0.0
     for row, token in zip(logits, new_ids):
         row[real:] = float("-inf")  # padded rows: never sampled
-        total += float(torch.log(warp_logits(row, cfg)[token].clamp_min(1e-30)))
+        total += float(torch.log(warp_logits(row, law)[token].clamp_min(1e-30)))
     return total / len(new_ids)
-
-
-def hf_figures(example: int, prompt_tokens: int, new_ids: list[int], seconds: float) -> RunFigures:
-    return RunFigures("hf-uag", example, prompt_tokens, len(new_ids), seconds, 0.0,
-                      1000 * seconds / max(len(new_ids), 1), len(new_ids) / seconds)
 
 
 def run(args: argparse.Namespace) -> dict[float, BenchReport]:
@@ -76,15 +56,11 @@ def run(args: argparse.Namespace) -> dict[float, BenchReport]:
 
     gen = AnyPairGenerator(args.target, args.draft, weights=args.weights, threads=args.threads,
                            sampled_drafts=args.sampled_drafts)
-    # transformers' universal assisted sampling prunes and re-indexes the assistant's LM head and
-    # embeddings IN PLACE: sharing the draft would corrupt anypair's draft, so it gets its own torch copy
-    # (anypair's draft may not be a torch model at all: llama.cpp)
-    hf_draft_model = None
+    methods = [AnyPairMethod("target", gen, assisted=False),
+               AnyPairMethod("anypair", gen, assisted=True, draft_name=args.draft)]
     if not args.no_hf:
-        from anypair.zoo import load_model
-
-        hf_draft_model = load_model(args.draft, dtype=torch.float32)[0]
-    prompts = humaneval_prompts(args.n)
+        methods.append(TransformersMethod("hf-uag", gen.target, TorchAssistant.load(args.draft)))
+    prompts = [BenchPrompt(text) for text in humaneval_prompts(args.n)]
     reports = {
         temperature: BenchReport(settings=dict(
             target=args.target, draft=args.draft, engines=gen.engines, threads=torch.get_num_threads(),
@@ -93,48 +69,31 @@ def run(args: argparse.Namespace) -> dict[float, BenchReport]:
             same_vocabulary=gen.same_vocabulary, sampled_drafts=args.sampled_drafts))
         for temperature in args.temperatures
     }
+    # prompt i is sampled with seed + i by every method
+    jobs = [Job(i, prompt, Decoding(args.max_new_tokens, temperature=temperature, top_k=args.top_k,
+                                    top_p=args.top_p, seed=args.seed + i))
+            for i, prompt in enumerate(prompts) for temperature in args.temperatures]
 
-    def sample(prompt: str, cfg: SamplingConfig, assisted: bool):
-        return gen.generate(prompt, max_new_tokens=args.max_new_tokens, do_sample=True, temperature=cfg.temperature,
-                            top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.seed, assisted=assisted)
+    def logprob(job: Job, output: MethodOutput) -> Optional[float]:
+        return target_logprob(gen.target, job.prompt.target_ids(gen.target.hf_tokenizer), output.target_ids,
+                              job.decoding)
 
-    warm = SamplingConfig(do_sample=True, temperature=args.temperatures[0], seed=args.seed)
-    sample(prompts[0], warm, False)  # warm-up: one-off allocation and kernel-selection costs
-    sample(prompts[0], warm, True)
-    if not args.no_hf:
-        hf_assisted_sampling(gen, hf_draft_model, gen.target.render(prompts[0], None), 8, warm)
-
-    from rich.progress import track
-
-    jobs = [(i, t) for i in range(len(prompts)) for t in args.temperatures]
-    for i, temperature in track(jobs, description="benchmarking sampling"):
-        cfg = SamplingConfig(do_sample=True, temperature=temperature, top_k=args.top_k, top_p=args.top_p,
-                             seed=args.seed + i)
-        report = reports[temperature]
-        prompt_ids = gen.target.render(prompts[i], None)
-        for method, assisted in (("target", False), ("anypair", True)):
-            result = sample(prompts[i], cfg, assisted)
-            figures = figures_from_result(method, i, result, None)
-            figures.target_logprob = target_logprob(gen, prompt_ids, result.target_ids, cfg)
-            report.runs.append(figures)
-        if not args.no_hf:
-            new_ids, seconds = hf_assisted_sampling(gen, hf_draft_model, prompt_ids, args.max_new_tokens, cfg)
-            figures = hf_figures(i, len(prompt_ids), new_ids, seconds)
-            figures.target_logprob = target_logprob(gen, prompt_ids, new_ids, cfg)
-            report.runs.append(figures)
+    def record(done: JobRuns) -> None:
+        temperature = done.job.decoding.temperature
+        reports[temperature].runs.extend(done.runs)
         # one plain line per job: the progress bar does not show when output goes to a log file
-        done = [r for r in report.runs if r.example == i]
-        print(f"example {i} T={temperature}: " + ", ".join(f"{r.method} {r.tokens_per_s:.2f} tok/s" for r in done),
-              file=sys.stderr, flush=True)
+        print(f"example {done.job.example} T={temperature}: "
+              + ", ".join(f"{r.method} {r.tokens_per_s:.2f} tok/s" for r in done.runs), file=sys.stderr, flush=True)
         if args.json:
             save_json(reports, args.json)  # a cut-off run keeps what it measured
+
+    run_interleaved(methods, jobs, description="benchmarking sampling", target_logprob=logprob, after_job=record)
     return reports
 
 
 def save_json(reports: dict[float, BenchReport], path: str) -> None:
     with open(path, "w") as f:
-        json.dump({str(t): {"settings": r.settings, "runs": [asdict(x) for x in r.runs]} for t, r in reports.items()},
-                  f, indent=1)
+        json.dump({str(t): r.to_json() for t, r in reports.items()}, f, indent=1)
 
 
 def summary_table(reports: dict[float, BenchReport]) -> str:
@@ -190,6 +149,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     args = parse_args(argv)
     if args.n < 1 or args.max_new_tokens < 1:
         raise SystemExit("--n and --max-new-tokens must be positive")
+    if min(args.temperatures) <= 0:
+        raise SystemExit("--temperatures must be above 0 (greedy decoding is `anypair bench`)")
     reports = run(args)
     for report in reports.values():
         print(format_report(report))

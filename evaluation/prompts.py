@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from anypair.benchmarking.prompts import BenchPrompt, encode_prompt
+
 from evaluation.data import Example
 
 DEFAULT_MAX_PROMPT_TOKENS = 1024
@@ -39,24 +41,16 @@ class PromptError(Exception):
     """A prompt cannot be built within the limits asked for."""
 
 
-@dataclass(frozen=True)
-class BuiltPrompt:
+@dataclass(frozen=True, kw_only=True)
+class BuiltPrompt(BenchPrompt):
     """The exact text every method is given, and how many target tokens it is."""
 
-    text: str
     prompt_tokens: int
     truncated: bool  # the document was cut to fit max_prompt_tokens
-    uses_chat_template: bool
 
 
 def has_chat_template(tokenizer) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
-
-
-def encode_prompt(tokenizer, text: str, uses_chat_template: bool) -> list[int]:
-    """Target ids of a prompt: a rendered chat template already holds its special tokens
-    (a BOS among them, where the model has one), so they are not added twice."""
-    return tokenizer(text, add_special_tokens=not uses_chat_template)["input_ids"]
 
 
 def render(tokenizer, user_message: str, assistant_prefix: str = "") -> tuple[str, bool]:
@@ -98,7 +92,7 @@ def build_summary_prompt(example: Example, tokenizer, max_prompt_tokens: int) ->
     text, uses_chat = render(tokenizer, summary_user_message(example, example.document))
     prompt_tokens = len(encode_prompt(tokenizer, text, uses_chat))
     if prompt_tokens <= max_prompt_tokens:
-        return BuiltPrompt(text, prompt_tokens, truncated=False, uses_chat_template=uses_chat)
+        return BuiltPrompt(text=text, uses_chat_template=uses_chat, prompt_tokens=prompt_tokens, truncated=False)
     overhead_text, _ = render(tokenizer, summary_user_message(example, ""))
     overhead_tokens = len(encode_prompt(tokenizer, overhead_text, uses_chat))
     if overhead_tokens >= max_prompt_tokens:
@@ -113,7 +107,7 @@ def build_summary_prompt(example: Example, tokenizer, max_prompt_tokens: int) ->
         text, _ = render(tokenizer, summary_user_message(example, document))
         prompt_tokens = len(encode_prompt(tokenizer, text, uses_chat))
         if prompt_tokens <= max_prompt_tokens or budget <= 0:
-            return BuiltPrompt(text, prompt_tokens, truncated=True, uses_chat_template=uses_chat)
+            return BuiltPrompt(text=text, uses_chat_template=uses_chat, prompt_tokens=prompt_tokens, truncated=True)
         budget -= prompt_tokens - max_prompt_tokens
 
 
@@ -127,7 +121,7 @@ def build_prompt(example: Example, tokenizer, max_prompt_tokens: int = DEFAULT_M
                 f"{example.example_id}: the HumanEval prompt is {prompt_tokens} tokens and code cannot be cut; "
                 f"raise --max-prompt-tokens to at least that"
             )
-        return BuiltPrompt(text, prompt_tokens, truncated=False, uses_chat_template=uses_chat)
+        return BuiltPrompt(text=text, uses_chat_template=uses_chat, prompt_tokens=prompt_tokens, truncated=False)
     return build_summary_prompt(example, tokenizer, max_prompt_tokens)
 
 

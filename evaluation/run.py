@@ -27,16 +27,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from evaluation.data import TASKS, Example, load_task
-from evaluation.methods import (
-    ALL_METHODS,
-    BASELINE_METHOD,
-    METHODS_NEEDING_DRAFT,
-    Decoding,
-    LoadedModel,
-    Method,
-    MethodOutput,
-    build_method,
-)
+from evaluation.methods import ALL_METHODS, BASELINE_METHOD, METHODS_NEEDING_DRAFT, LoadedDraft, build_method
 from evaluation.metrics import execute_humaneval, rouge_scores
 from evaluation.prompts import DEFAULT_MAX_PROMPT_TOKENS, BuiltPrompt, build_prompt, humaneval_completion, summary_text
 from evaluation.records import ExampleRecord, RecordStore, check_or_write_settings
@@ -50,7 +41,11 @@ from evaluation.report import (
     write_report,
 )
 
+from anypair.benchmarking.harness import interleaved_order, warm_up
+from anypair.benchmarking.methods import Decoding, Method, MethodOutput
+from anypair.generation.members import LoadedModel
 from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+
 DEFAULT_METHODS = ("target", "anypair", "anypair-lookup", "hf-uag")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 WARM_UP_TOKENS = 8
@@ -105,13 +100,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 def load_models(target_name: str, draft_names: Sequence[str], weights: str, draft_engine: str,
-                needs_torch_drafts: bool) -> tuple[LoadedModel, list[LoadedModel]]:
+                needs_torch_drafts: bool) -> tuple[LoadedModel, list[LoadedDraft]]:
     """The target once (anypair's engine choice; transformers' methods run the same model), each
     draft once for anypair's engine and, when a transformers method needs it, as a torch model."""
-    import torch
-
+    from anypair.benchmarking.methods import TorchAssistant
     from anypair.generation.members import load_member
-    from anypair.zoo import load_model
 
     print(f"loading {target_name} ...", file=sys.stderr, flush=True)
     target = load_member(target_name, role="target", weights=weights)
@@ -120,16 +113,15 @@ def load_models(target_name: str, draft_names: Sequence[str], weights: str, draf
     for name in draft_names:
         print(f"loading {name} ...", file=sys.stderr, flush=True)
         member = load_member(name, role="draft", engine=draft_engine)
-        model, tokenizer = load_model(name, dtype=torch.float32) if needs_torch_drafts else (None, member.hf_tokenizer)
-        drafts.append(LoadedModel(name, model, tokenizer, member))
-    return LoadedModel(target_name, target.model, target.hf_tokenizer, target), drafts
+        drafts.append(LoadedDraft(member, TorchAssistant.load(name) if needs_torch_drafts else None))
+    return target, drafts
 
 
 def engines_asked(args: argparse.Namespace) -> str:
     return f"target weights {args.weights}, draft engine {args.draft_engine}"
 
 
-def build_methods(method_names: Sequence[str], target: LoadedModel, drafts: Sequence[LoadedModel], threads: int) -> list[Method]:
+def build_methods(method_names: Sequence[str], target: LoadedModel, drafts: Sequence[LoadedDraft], threads: int) -> list[Method]:
     """Draftless methods once; draft methods once per draft. The baseline comes first."""
     methods: list[Method] = []
     for name in method_names:
@@ -139,16 +131,6 @@ def build_methods(method_names: Sequence[str], target: LoadedModel, drafts: Sequ
             methods.append(build_method(name, target, None, threads))
     methods.sort(key=lambda m: m.name != BASELINE_METHOD)
     return methods
-
-
-def interleaved_order(methods: Sequence[Method], example_index: int) -> list[Method]:
-    """The baseline first (others are compared with it), then the rest rotated by example."""
-    baseline = [m for m in methods if m.name == BASELINE_METHOD]
-    others = [m for m in methods if m.name != BASELINE_METHOD]
-    if others:
-        shift = example_index % len(others)
-        others = others[shift:] + others[:shift]
-    return baseline + others
 
 
 def example_order(examples_by_task: dict[str, list[Example]]) -> list[tuple[str, int, Example]]:
@@ -161,12 +143,6 @@ def example_order(examples_by_task: dict[str, list[Example]]) -> list[tuple[str,
         for task, examples in examples_by_task.items()
         if index < len(examples)
     ]
-
-
-def warm_up(methods: Sequence[Method], prompt: BuiltPrompt) -> None:
-    """One short untimed generation per method: first calls pay for allocations and caches."""
-    for method in methods:
-        method.generate(prompt, Decoding(max_new_tokens=WARM_UP_TOKENS))
 
 
 def score_quality(record: ExampleRecord, example: Example) -> None:
@@ -239,11 +215,13 @@ def run_all(args: argparse.Namespace, store: RecordStore, examples_by_task: dict
         print("nothing to do: every (task, example, method) is already in " + str(store.path), file=sys.stderr)
         return
     first_example = next(iter(examples_by_task.values()))[0]
-    warm_up(methods, build_prompt(first_example, target.tokenizer, args.max_prompt_tokens))
+    # one short untimed generation per method: first calls pay for allocations and caches
+    warm_up(methods, build_prompt(first_example, target.hf_tokenizer, args.max_prompt_tokens),
+            Decoding(max_new_tokens=WARM_UP_TOKENS))
     progress = tqdm(total=remaining, unit="gen", desc="evaluating", dynamic_ncols=True)
     for task, index, example in example_order(examples_by_task):
-        prompt = build_prompt(example, target.tokenizer, args.max_prompt_tokens)
-        for method in interleaved_order(methods, index):
+        prompt = build_prompt(example, target.hf_tokenizer, args.max_prompt_tokens)
+        for method in interleaved_order(methods, index):  # the baseline first: build_methods puts it there
             if store.is_done(task, example.example_id, method.name, method.draft_name):
                 continue
             progress.set_postfix_str(f"{task} {example.example_id} {method.name}", refresh=True)

@@ -1,0 +1,243 @@
+"""The benchmark harness (anypair.benchmarking): the interleaved runner with scripted methods (order,
+identical-output checks, hooks, figures, report, JSON), the prompt type with the real Qwen2.5
+tokenizer, and `anypair bench` end to end on the test pair."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import pytest
+
+from anypair.benchmarking.harness import Job, OutputMismatch, interleaved_order, run_interleaved
+from anypair.benchmarking.methods import (
+    Decoding,
+    MethodOutput,
+    ProposalCounter,
+    cut_after_end_of_sequence,
+)
+from anypair.benchmarking.prompts import BenchPrompt, prompts_from_file
+from anypair.benchmarking.report import BenchReport, RunFigures, format_report, save_json
+from anypair.errors import InputError
+
+QWEN_SMALL = "Qwen/Qwen2.5-Coder-0.5B-Instruct"
+SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+GREEDY = Decoding(max_new_tokens=4)
+
+
+class ScriptedMethod:
+    """A method that writes `ids` (or `ids_for(job example)`) and logs every call in a shared list."""
+
+    def __init__(self, name, log, ids=(1, 2, 3), ids_for=None, seconds=1.0):
+        self.name, self.draft_name, self.log = name, "", log
+        self.ids_for = ids_for or (lambda prompt: list(ids))
+        self.seconds = seconds
+
+    def generate(self, prompt, decoding):
+        self.log.append((self.name, prompt.text))
+        ids = self.ids_for(prompt)
+        return MethodOutput(text="x", target_ids=ids, prompt_tokens=5, time_to_first_token_s=0.1 * self.seconds,
+                            total_time_s=self.seconds, finish_reason="length")
+
+
+def jobs_of(*texts, decoding=GREEDY):
+    return [Job(i, BenchPrompt(text), decoding) for i, text in enumerate(texts)]
+
+
+def test_interleaving_puts_the_baseline_first_and_rotates_the_rest():
+    names = ["target", "anypair", "hf-uag", "anypair-lookup"]
+    orders = [interleaved_order(names, i) for i in range(4)]
+    assert all(order[0] == "target" for order in orders)
+    assert orders[0][1:] == ["anypair", "hf-uag", "anypair-lookup"]
+    assert orders[1][1:] == ["hf-uag", "anypair-lookup", "anypair"]
+    assert orders[3] == orders[0]
+    assert interleaved_order(["target"], 5) == ["target"]
+
+
+def test_every_method_is_warmed_up_then_each_job_runs_baseline_first_in_rotation():
+    log = []
+    methods = [ScriptedMethod(name, log) for name in ("target", "a", "b")]
+    results = run_interleaved(methods, jobs_of("p0", "p1", "p2"), progress=False)
+    warm, timed = log[:3], log[3:]
+    assert warm == [("target", "p0"), ("a", "p0"), ("b", "p0")]
+    assert timed == [("target", "p0"), ("a", "p0"), ("b", "p0"),
+                     ("target", "p1"), ("b", "p1"), ("a", "p1"),
+                     ("target", "p2"), ("a", "p2"), ("b", "p2")]
+    # the runs come back in the order the methods were given, whatever order they ran in
+    assert [[r.method for r in done.runs] for done in results] == [["target", "a", "b"]] * 3
+    assert [done.runs[0].example for done in results] == [0, 1, 2]
+
+
+def test_greedy_outputs_are_compared_with_the_baseline_and_sampled_ones_are_not():
+    log = []
+    methods = [ScriptedMethod("target", log, ids=[1, 2, 3]), ScriptedMethod("same", log, ids=[1, 2, 3]),
+               ScriptedMethod("other", log, ids=[1, 2, 4])]
+    greedy = run_interleaved(methods, jobs_of("p"), progress=False)[0].runs
+    assert [r.identical_to_target for r in greedy] == [None, True, False]
+    sampled = run_interleaved(methods, jobs_of("p", decoding=Decoding(4, temperature=0.7)), progress=False)[0].runs
+    assert [r.identical_to_target for r in sampled] == [None, None, None]
+
+
+def test_a_mismatch_stops_the_run_when_asked():
+    log = []
+    methods = [ScriptedMethod("target", log), ScriptedMethod("drifts", log, ids_for=lambda p: [9] if p.text == "p1" else [1, 2, 3])]
+    finished = []
+    with pytest.raises(OutputMismatch, match="drifts changed the output of example 1"):
+        run_interleaved(methods, jobs_of("p0", "p1", "p2"), progress=False, after_job=finished.append,
+                        stop_on_mismatch=True)
+    assert [done.job.example for done in finished] == [0]
+    assert ("target", "p2") not in log
+    # without the check the run goes on and reports the mismatch
+    results = run_interleaved(methods, jobs_of("p0", "p1", "p2"), progress=False)
+    assert [done.runs[1].identical_to_target for done in results] == [True, False, True]
+
+
+def test_hooks_see_every_timed_output_and_every_finished_job():
+    log, seen, finished = [], [], []
+    methods = [ScriptedMethod("target", log), ScriptedMethod("a", log, ids=[1, 2])]
+
+    def logprob(job, output):
+        seen.append((job.example, len(output.target_ids)))
+        return -0.5 * len(output.target_ids)
+
+    results = run_interleaved(methods, jobs_of("p0", "p1"), progress=False, target_logprob=logprob,
+                              after_job=finished.append)
+    assert sorted(seen) == [(0, 2), (0, 3), (1, 2), (1, 3)]  # timed runs only: not the warm-up
+    assert finished == results
+    assert [r.target_logprob for r in results[0].runs] == [-1.5, -1.0]
+    assert [o.target_ids for o in results[1].outputs] == [[1, 2, 3], [1, 2]]
+
+
+def test_methods_need_distinct_names():
+    log = []
+    with pytest.raises(ValueError, match="distinct names"):
+        run_interleaved([ScriptedMethod("a", log), ScriptedMethod("a", log)], jobs_of("p"), progress=False)
+
+
+def test_figures_from_a_method_output():
+    output = MethodOutput(text="x", target_ids=[1, 2, 3, 4, 5], prompt_tokens=10, time_to_first_token_s=0.2,
+                          total_time_s=1.0, finish_reason="length", rounds=2, draft_tokens_proposed=8,
+                          draft_tokens_accepted=2, drafting_s=0.3, verifying_s=0.5, translating_s=0.01)
+    assert output.tokens_per_second == 5.0 and output.acceptance_rate == 0.25 and output.mean_accepted_per_round == 1.0
+    figures = RunFigures.of("anypair-model", 3, output, identical_to_target=True, target_logprob=-0.2)
+    assert (figures.example, figures.new_tokens, figures.prompt_tokens) == (3, 5, 10)
+    assert figures.prefill_ms == pytest.approx(200.0) and figures.ms_per_token == pytest.approx(200.0)  # 800 ms / 4
+    assert figures.tokens_per_s == 5.0 and figures.acceptance == 0.25 and figures.mean_accepted == 1.0
+    assert (figures.draft_ms, figures.verify_ms, figures.translate_ms) == pytest.approx((300.0, 500.0, 10.0))
+    assert figures.rounds == 2 and figures.identical_to_target and figures.target_logprob == -0.2
+    # a method without a draft, or that reports neither rounds nor phases
+    alone = RunFigures.of("llama.cpp-alone", 0, MethodOutput("x", [1], 10, 0.1, 0.5, "eos"))
+    assert alone.acceptance is None and alone.mean_accepted is None and alone.rounds == 0 and alone.draft_ms == 0.0
+    assert alone.ms_per_token == pytest.approx(400.0)  # one token: the time after it, not divided by zero
+    undrafted = MethodOutput("x", [1, 2], 10, 0.1, 1.0, "length", rounds=2, draft_tokens_proposed=0, draft_tokens_accepted=0)
+    assert RunFigures.of("anypair-model", 0, undrafted).acceptance is None
+
+
+def test_method_output_conventions():
+    baseline = MethodOutput("x", [1], 10, 0.1, 1.0, "length")
+    assert baseline.acceptance_rate is None and baseline.mean_accepted_per_round is None
+    # every method's ids end at (and keep) the first EOS, as anypair's target_ids do
+    assert cut_after_end_of_sequence([5, 6, 7], frozenset({7})) == [5, 6, 7]
+    assert cut_after_end_of_sequence([5, 7, 6, 7], frozenset({7})) == [5, 7]
+    assert cut_after_end_of_sequence([5, 6], frozenset({7})) == [5, 6]
+    assert Decoding(16).do_sample is False and Decoding(16, temperature=0.7).do_sample
+
+
+def test_one_proposal_counter_per_target_model():
+    class FakeModel:
+        def _get_candidate_generator(self, *args, **kwargs):
+            raise AssertionError("not called here")
+
+    model = FakeModel()
+    first = ProposalCounter.for_model(model)
+    wrapped = model._get_candidate_generator
+    assert ProposalCounter.for_model(model) is first and model._get_candidate_generator is wrapped
+    assert ProposalCounter.for_model(FakeModel()) is not first
+
+
+def scripted_report():
+    """Two prompts: target at 2 and 4 tok/s, anypair at 3 and 8 (1.5x, 2x), llama.cpp at 6 and 8."""
+    log = []
+    speeds = {"target": {"p0": 2.0, "p1": 4.0}, "anypair-model": {"p0": 3.0, "p1": 8.0},
+              "llama.cpp-alone": {"p0": 6.0, "p1": 8.0}}
+
+    class Timed(ScriptedMethod):
+        def generate(self, prompt, decoding):
+            output = super().generate(prompt, decoding)
+            output.target_ids = [1] * 12
+            output.total_time_s = 12 / speeds[self.name][prompt.text]
+            return output
+
+    methods = [Timed(name, log) for name in speeds]
+    results = run_interleaved(methods, jobs_of("p0", "p1"), progress=False)
+    return BenchReport(settings={"target": "t", "engines": "torch", "verify_ms": {"1": 100.0, "4": 130.0},
+                                 "draft_step_ms": 5.0},
+                       runs=[r for done in results for r in done.runs])
+
+
+def test_report_medians_speedups_and_tables():
+    report = scripted_report()
+    assert report.median("target", "tokens_per_s") == pytest.approx(3.0)
+    assert report.speedups("anypair-model") == pytest.approx([1.5, 2.0])
+    assert report.speedups("target", baseline="llama.cpp-alone") == pytest.approx([1 / 3, 0.5])
+    assert report.median("target", "acceptance") != report.median("target", "acceptance")  # nan: no figures
+    text = format_report(report)
+    assert "1.75x" in text  # the median of the per-prompt speedups
+    assert "2/2" in text  # anypair's outputs identical to the target's on both prompts
+    assert "vs llama.cpp" in text and "x k=1" in text and "1.30" in text
+    assert "draft step 5.0 ms = 5.0% of a single-token target step" in text
+
+
+def test_json_round_trip(tmp_path):
+    report = scripted_report()
+    path = tmp_path / "bench.json"
+    save_json(report, str(path))
+    saved = json.loads(path.read_text())
+    assert saved["settings"] == report.settings
+    assert [RunFigures(**row) for row in saved["runs"]] == report.runs
+    assert list(saved["runs"][0]) == list(asdict(report.runs[0]))  # the row layout `anypair bench` has always saved
+
+
+def test_prompts_file_splits_on_two_blank_lines(tmp_path):
+    path = tmp_path / "prompts.txt"
+    path.write_text("def a():\n\n    pass\n\n\ndef b():\n\n\n\n\ndef c():\n")
+    assert prompts_from_file(str(path), 2) == ["def a():\n\n    pass", "def b():"]
+    assert len(prompts_from_file(str(path), 10)) == 3
+    (tmp_path / "empty.txt").write_text("\n\n\n")
+    with pytest.raises(InputError, match="holds no prompt"):
+        prompts_from_file(str(tmp_path / "empty.txt"), 2)
+    with pytest.raises(InputError, match="cannot read"):
+        prompts_from_file(str(tmp_path / "missing.txt"), 2)
+
+
+def test_a_chat_prompt_gives_every_method_the_ids_the_chat_template_gives(zoo_fetch):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(zoo_fetch[QWEN_SMALL])
+    prompt = BenchPrompt.chat(tokenizer, "def fib(n):\n    ")
+    assert prompt.uses_chat_template and prompt.messages == ({"role": "user", "content": "def fib(n):\n    "},)
+    templated = tokenizer.apply_chat_template(list(prompt.messages), add_generation_prompt=True, tokenize=True)
+    templated = templated["input_ids"] if hasattr(templated, "keys") else templated
+    assert prompt.target_ids(tokenizer) == list(templated)
+    raw = BenchPrompt("def fib(n):")
+    assert raw.target_ids(tokenizer) == tokenizer("def fib(n):")["input_ids"]
+
+
+@pytest.mark.slow
+def test_anypair_bench_end_to_end_on_the_test_pair(zoo_fetch, tmp_path):
+    """`anypair bench` on Qwen2.5-Coder-0.5B + SmolLM2: the target, anypair, transformers' UAG and
+    llama.cpp alone each write a row, and anypair's output is the target's."""
+    from anypair.cli import main
+
+    path = tmp_path / "bench.json"
+    status = main(["bench", "-m", QWEN_SMALL, "-a", SMOL, "--n", "1", "--max-new-tokens", "12", "--compare-hf",
+                   "--threads", "1", "--json", str(path)])
+    assert status == 0
+    saved = json.loads(path.read_text())
+    rows = {row["method"]: row for row in saved["runs"]}
+    assert list(rows) == ["target", "anypair-model", "hf-uag", "llama.cpp-alone"]
+    assert rows["anypair-model"]["identical_to_target"] is True
+    assert all(row["new_tokens"] > 0 and row["tokens_per_s"] > 0 for row in rows.values())
+    assert rows["anypair-model"]["rounds"] > 0 and rows["anypair-model"]["acceptance"] is not None
+    settings = saved["settings"]
+    assert settings["target"] == QWEN_SMALL and settings["compare_hf"] is True
+    assert set(settings["verify_ms"]) == {"1", "2", "3", "4", "6", "8", "12", "16"} and settings["draft_step_ms"] > 0
