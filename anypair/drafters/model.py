@@ -27,7 +27,6 @@ import torch
 from anypair.backends.base import ModelBackend
 from anypair.drafters.base import DraftRequest, Drafter
 from anypair.tokenization.base import TokenizerAdapter
-from anypair.generation.checks import SAMPLED_DRAFTS
 from anypair.types import DraftBudget, Proposal, SamplingConfig
 
 PromptRenderer = Callable[[DraftRequest], list[int]]
@@ -48,7 +47,7 @@ class ModelDrafter(Drafter):
         sampling: Optional[SamplingConfig] = None,
         generator: Optional[torch.Generator] = None,
         token_healing: bool = True,
-        sampled_drafts: str = "greedy",
+        intersection_sampling: bool = False,
     ) -> None:
         from anypair.tokenization import same_vocabulary as vocab_equal
 
@@ -60,12 +59,10 @@ class ModelDrafter(Drafter):
         # None: follow the policy's advice (DraftBudget.stop_confidence); a number: always that; 0: never stop early
         self.confidence_threshold = confidence_threshold
         self.sampling = sampling if sampling is not None and sampling.do_sample else None
-        if sampled_drafts not in SAMPLED_DRAFTS:
-            raise ValueError(f"sampled_drafts must be one of {SAMPLED_DRAFTS}, got {sampled_drafts!r}")
-        # how to draft when the target samples: "greedy" proposes the draft's greedy text, translated
-        # like in greedy decoding, as point masses (q one-hot: accepted with probability p(token));
-        # "intersection" samples draft tokens the target also has, with their distributions
-        self.draws_samples = self.sampling is not None and sampled_drafts == "intersection"
+        # how to draft when the target samples: by default the draft's greedy text, translated like in
+        # greedy decoding, as point masses (q one-hot: accepted with probability p(token));
+        # `intersection_sampling`: sample draft tokens the target also has, with their distributions
+        self.draws_samples = self.sampling is not None and intersection_sampling
         self.generator = generator
         self._context_ids: list[int] = []  # draft ids (target ids on the same-vocabulary path)
         self._proposed_draft_ids: list[int] = []

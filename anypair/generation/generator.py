@@ -159,7 +159,8 @@ class AnyPairGenerator:
         drafter = ModelDrafter(self.draft_backend, self.draft.tokenizer, self.target.tokenizer, render,
                                same_vocabulary=self.same_vocabulary,
                                confidence_threshold=self.options.confidence_threshold,
-                               sampling=sampling, generator=generator, sampled_drafts=self.options.sampled_drafts)
+                               sampling=sampling, generator=generator,
+                               intersection_sampling=self.options.sampled_drafts == "intersection")
         if not sampling.do_sample:
             self._greedy_drafter = drafter
         return drafter
