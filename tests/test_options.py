@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
-
 import pytest
 import torch
 
-from anypair.drafters.base import DraftRequest, Drafter
+from anypair.drafters.base import NoDrafter  # any Drafter instance: the options pass it as itself
 from anypair.errors import InputError
 from anypair.generation.options import (
     GenerationRequest,
@@ -17,7 +15,6 @@ from anypair.generation.options import (
     plan_request,
 )
 from anypair.policies import AdaptiveLength, ConstantLength, HeuristicLength, StepCosts
-from anypair.types import DraftBudget, Proposal
 
 MODEL_COSTS = StepCosts(draft_step=0.1, verify_slope=0.05)
 FREE_COSTS = StepCosts(draft_step=1e-3, verify_slope=0.05)
@@ -26,19 +23,6 @@ WITHOUT_DRAFT = PairFacts(has_draft_model=False, model_draft_costs=None, lookup_
 GREEDY = GenerationRequest.of("def f():")
 SEEDED = GenerationRequest.of("def f():", do_sample=True, temperature=0.7, seed=3)
 UNSEEDED = GenerationRequest.of("def f():", do_sample=True, temperature=0.7)
-
-
-class ScriptedDrafter(Drafter):
-    name = "scripted"
-
-    def start(self, request: DraftRequest) -> None:
-        pass
-
-    def propose(self, budget: DraftBudget) -> Proposal:
-        return Proposal([], source=self.name)
-
-    def commit(self, new_target_ids: Sequence[int]) -> None:
-        pass
 
 
 # -- GeneratorOptions --------------------------------------------------------------------------------
@@ -128,7 +112,7 @@ def test_the_plan_names_the_drafter(drafter, pair, request_, expected):
 
 
 def test_a_drafter_instance_is_planned_as_given():
-    assert plan_request(GeneratorOptions(drafter=ScriptedDrafter()), GREEDY, WITHOUT_DRAFT).drafter == "given"
+    assert plan_request(GeneratorOptions(drafter=NoDrafter()), GREEDY, WITHOUT_DRAFT).drafter == "given"
 
 
 def test_sampling_requests_get_the_sampling_verifier():
@@ -139,7 +123,7 @@ def test_sampling_requests_get_the_sampling_verifier():
 def test_only_seeded_sampling_with_the_adaptive_policy_plans_without_timings():
     assert plan_request(GeneratorOptions(), SEEDED, WITH_DRAFT).fixed_costs == MODEL_COSTS
     assert plan_request(GeneratorOptions(drafter="lookup"), SEEDED, WITH_DRAFT).fixed_costs == FREE_COSTS
-    assert plan_request(GeneratorOptions(drafter=ScriptedDrafter()), SEEDED, WITHOUT_DRAFT).fixed_costs == FREE_COSTS
+    assert plan_request(GeneratorOptions(drafter=NoDrafter()), SEEDED, WITHOUT_DRAFT).fixed_costs == FREE_COSTS
     assert plan_request(GeneratorOptions(), UNSEEDED, WITH_DRAFT).fixed_costs is None
     assert plan_request(GeneratorOptions(), GREEDY, WITH_DRAFT).fixed_costs is None
     assert plan_request(GeneratorOptions(draft_length="constant"), SEEDED, WITH_DRAFT).fixed_costs is None
