@@ -45,15 +45,6 @@ def _generator_options(args) -> dict:
                 confidence_threshold=args.confidence_threshold)
 
 
-def _generator(args):
-    from anypair.generation.generator import AnyPairGenerator
-
-    if getattr(args, "no_assisted", False):  # the target alone: no draft model to load
-        return AnyPairGenerator.from_options(args.model, None, _checked_options(args, drafter="model"))
-    draft = None if args.drafter == "lookup" else args.assistant_model
-    return AnyPairGenerator.from_options(args.model, draft, _checked_options(args, drafter=args.drafter))
-
-
 def _checked_options(args, drafter: str):
     """The generator's options from the flags, checked before two models load (seconds to minutes)
     only to fail then."""
@@ -66,14 +57,17 @@ def run_generate(args) -> int:
     from rich.console import Console
 
     from anypair.generation.checks import check_text
+    from anypair.generation.generator import AnyPairGenerator
     from anypair.types import SamplingConfig
 
-    _checked_options(args, drafter=args.drafter)
+    # --no-assisted runs the target alone: no draft model to load, whatever --drafter says
+    options = _checked_options(args, drafter="model" if args.no_assisted else args.drafter)
     check_text(args.prompt, "the prompt")
     SamplingConfig(do_sample=args.do_sample, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                    seed=args.seed)
     console = Console(stderr=True)
-    gen = _generator(args)
+    draft = None if args.no_assisted or options.drafter == "lookup" else args.assistant_model
+    gen = AnyPairGenerator.from_options(args.model, draft, options)
     chat = not args.raw and gen.target.has_chat_template
     request = dict(max_new_tokens=args.max_new_tokens, stop=args.stop or None, do_sample=args.do_sample,
                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
