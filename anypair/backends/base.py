@@ -20,6 +20,9 @@ class ModelBackend(ABC):
     #: longest context (prompt + generated) the model accepts
     max_context: int
     name: str = "backend"
+    #: the engine promises bitwise batch invariance (a token's logits are the same bits alone or
+    #: scored with others); the contract then allows no difference at all, not fp32 noise
+    bitwise_batch_invariant: bool = False
 
     @property
     @abstractmethod

@@ -5,7 +5,8 @@ Verification scores [last token, *proposal] in one pass, while the target alone 
 step. If an engine's logits for a token depended on the tokens scored beside it (a per-call
 activation scale, a GEMM path picked by row count with other rounding), the target's verdict on a
 draft token would not be the verdict it reaches alone, and greedy output could drift from the
-target's own. An engine that fails this check never serves as a target ("auto" falls back).
+target's own. An engine that fails this check never serves as a target ("auto" falls back). An engine that
+declares `bitwise_batch_invariant` (the GGUF engine) is held to exact equality: zero difference.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ class InvarianceReport:
     max_abs_diff: float  # largest |logit(together) - logit(alone)| over the k positions
     max_abs_logit: float
     argmax_agrees: bool  # the top token is the same at every position
+    bitwise_required: bool = False  # the engine promises identical bits
 
     @property
     def relative_diff(self) -> float:
@@ -43,10 +45,12 @@ class InvarianceReport:
 
     @property
     def holds(self) -> bool:
+        if self.bitwise_required:
+            return self.argmax_agrees and self.max_abs_diff == 0.0
         return self.argmax_agrees and self.relative_diff <= RELATIVE_TOLERANCE
 
     def describe(self) -> str:
-        verdict = "holds" if self.holds else "FAILS"
+        verdict = ("holds bitwise" if self.bitwise_required else "holds") if self.holds else "FAILS"
         return (f"batch invariance {verdict} at k={self.k}: max |diff| {self.max_abs_diff:.2e} "
                 f"({self.relative_diff:.1e} of the largest logit), argmax {'same' if self.argmax_agrees else 'DIFFERS'}")
 
@@ -68,4 +72,11 @@ def check_batch_invariance(backend: ModelBackend, prefix_ids: Sequence[int], pro
         max_abs_diff=float((together - alone).abs().max()),
         max_abs_logit=float(alone.abs().max()),
         argmax_agrees=bool(torch.equal(together.argmax(-1), alone.argmax(-1))),
+        bitwise_required=backend.bitwise_batch_invariant,
     )
+
+
+def check_every_batch_size(backend: ModelBackend, prefix_ids: Sequence[int], probe_ids: Sequence[int]) -> list[InvarianceReport]:
+    """The contract for each k = 1..len(probe_ids): the first k probe tokens scored together against
+    each scored alone (an engine may pick its kernels by row count, so every k is checked)."""
+    return [check_batch_invariance(backend, prefix_ids, list(probe_ids[:k])) for k in range(1, len(probe_ids) + 1)]

@@ -38,7 +38,7 @@ def check_choices(drafter: object, draft_length: object, sampled_drafts: object)
         raise InputError(f"sampled_drafts must be one of {', '.join(SAMPLED_DRAFTS)}, got {sampled_drafts!r}")
 
 
-ENGINES = ("auto", "torch", "llama.cpp")
+ENGINES = ("auto", "gguf", "torch", "llama.cpp")
 BACKENDS = ("torch", "ipex")
 
 

@@ -1,13 +1,15 @@
 """One member of a pair (the target or the draft) loaded onto an engine: its tokenizers, its EOS ids,
 and the `ModelBackend` that runs it.
 
-Engines:
+Engines (the choice is made here, in `resolve_engine`; each engine loads itself):
+- "gguf": a GGUF file (every zoo model has one) on anypair's batch-invariant quantized kernels
+  (`backends.quantized_gguf`): the target's default for the architectures it runs; exact.
 - "torch": a transformers model whose weights are converted to the format chosen for this machine
   (`backends.weights`); for a target, the format must pass the batch-invariance contract
   (`backends.contract`) on the model itself, or "auto" falls back to the next candidate.
 - "llama.cpp": a GGUF file on llama.cpp (`backends.llama_cpp`): the draft's default where
-  llama-cpp-python is installed and the draft has a GGUF (every zoo model has one), and a target
-  engine for a user's own GGUF (not batch-invariant: see that module).
+  llama-cpp-python is installed and the draft has a GGUF, and a target engine on request (not
+  batch-invariant: see that module).
 - any other: a `ModelBackend` wrapped by `member_from_backend` and passed to AnyPairGenerator as
   the target or the draft (a loaded member is used as it is).
 """
@@ -35,8 +37,8 @@ ModelSpec = Union[str, "os.PathLike[str]", tuple]  # hub id, local folder, .gguf
 class EngineChoice:
     """What runs a member, and why: shown by `anypair generate -v` and recorded by the benchmarks."""
 
-    engine: str  # "torch" or "llama.cpp"
-    weights: str  # "fp32", "fp16", "bf16", "int8" (torch) or the GGUF's file name (llama.cpp)
+    engine: str  # "gguf", "torch" or "llama.cpp"
+    weights: str  # "fp32", "fp16", "bf16", "int8" (torch), the GGUF's block types (gguf) or file name (llama.cpp)
     reason: str
 
     def describe(self) -> str:
@@ -143,43 +145,67 @@ def _zoo_gguf(name: str, path: Path) -> Path:
     model = ZOO_MODELS.get(name)
     if model is None:
         return path
-    from anypair.zoo.gguf_assembly import assemble_gguf, has_gguf
+    from anypair.zoo.served_gguf import gguf_file
 
-    return path if has_gguf(model) else assemble_gguf(model)
+    return gguf_file(model)
 
 
-def resolve_engine(spec: ModelSpec, engine: str, role: str) -> str:
-    """"auto": llama.cpp for a .gguf file, and for a draft that has a GGUF when llama-cpp-python is
-    installed; torch otherwise."""
+def resolve_engine(spec: ModelSpec, engine: str, role: str, weights: str = "auto") -> str:
+    """"auto" picks, for a member with a GGUF (a zoo model or a .gguf file):
+    - a target, weights left on "auto": the GGUF engine (the file's own blocks on anypair's exact,
+      batch-invariant kernels) when it runs the architecture, else llama.cpp for a .gguf file;
+    - a draft: llama.cpp when installed (fastest; a draft need not be exact), else the GGUF engine;
+    and torch for everything else (and for a target asked for torch's weights, e.g. weights="fp16")."""
     check_engine(engine)
-    from anypair.backends.llama_cpp import llama_cpp_available
-
     is_gguf_file = not isinstance(spec, tuple) and str(spec).endswith(".gguf")
     if engine == "torch" and is_gguf_file:
-        raise InputError(f"{spec} is a GGUF file, which the torch engine does not run: use engine='llama.cpp' "
-                         "(or a Hugging Face folder for torch)")
+        raise InputError(f"{spec} is a GGUF file, which the torch engine does not run: use engine='gguf' or "
+                         "'llama.cpp' (or a Hugging Face folder for torch)")
+    if engine == "gguf" and weights != "auto":
+        raise InputError(f"weights={weights!r} is a torch format; the GGUF engine serves the file's own blocks: "
+                         "leave weights unset, or use engine='torch'")
     if engine != "auto":
         return engine
-    if is_gguf_file:
+    gguf = gguf_of(spec)
+    if gguf is None:
+        return "torch"
+    from anypair.backends.llama_cpp import llama_cpp_available
+
+    if role == "draft" and llama_cpp_available():
         return "llama.cpp"
-    if role == "draft" and llama_cpp_available() and gguf_of(spec) is not None:
-        return "llama.cpp"
-    return "torch"
+    if weights == "auto" and _gguf_engine_runs(spec, gguf):
+        return "gguf"
+    return "llama.cpp" if is_gguf_file else "torch"
+
+
+def _gguf_engine_runs(spec: ModelSpec, gguf: Path) -> bool:
+    """The GGUF engine can serve this file: a C compiler for its kernels, an architecture it knows."""
+    from anypair.backends.quantized_gguf import ARCHITECTURES, gguf_architecture
+    from anypair.kernels.build import compiler
+
+    if compiler() is None:
+        logger.warning("anypair: no C compiler (gcc or $CC) for the GGUF engine's kernels; %s runs on %s instead",
+                       spec, "llama.cpp" if str(spec).endswith(".gguf") else "torch (fp16 weights)")
+        return False
+    if not gguf.is_file():
+        gguf = _zoo_gguf(str(spec), gguf)
+    return gguf.is_file() and gguf_architecture(gguf) in ARCHITECTURES
 
 
 # -- loading -----------------------------------------------------------------------------------------
 
-def _llama_cpp_tokenizer(spec: ModelSpec, gguf: Path):
-    """The HF tokenizer for a GGUF member: the zoo's checked folder, else built from the GGUF."""
+def gguf_tokenizer(spec: ModelSpec, gguf: Path):
+    """The HF tokenizer and generation config of a GGUF member: for a zoo model its checked tokenizer
+    (no bf16 conversion needed), else one built from the GGUF itself."""
     from transformers import AutoTokenizer, GenerationConfig
 
     from anypair.zoo.registry import ZOO_MODELS
 
     name = str(spec)
     if name in ZOO_MODELS:
-        from anypair.zoo.fetching import fetch
+        from anypair.zoo.served_gguf import served_gguf
 
-        folder = fetch([name], progress=True)[name]
+        _, folder = served_gguf(ZOO_MODELS[name])
         tokenizer = AutoTokenizer.from_pretrained(folder)
         try:
             generation = GenerationConfig.from_pretrained(folder)
@@ -202,7 +228,7 @@ def load_llama_cpp_member(spec: ModelSpec, *, role: str, threads: Optional[int],
         raise InputError(f"{spec} has no GGUF file for the llama.cpp engine: give a .gguf path, a zoo model, "
                          "or use engine='torch'")
     gguf = _zoo_gguf(str(spec), gguf)
-    tokenizer, generation = _llama_cpp_tokenizer(spec, gguf)
+    tokenizer, generation = gguf_tokenizer(spec, gguf)
     backend = LlamaCppBackend(gguf, name=f"{role} {spec}", threads=threads, context=context)
     return member_from_backend(backend, tokenizer, role=role, name=str(spec),
                                engine=EngineChoice("llama.cpp", gguf.name, "GGUF on llama.cpp"),
@@ -312,7 +338,20 @@ def load_member(spec: ModelSpec, *, role: str, engine: str = "auto", weights: st
     """Load a target or draft `spec` onto the engine `engine` resolves to."""
     if isinstance(spec, LoadedModel):
         return spec
-    chosen = resolve_engine(spec, engine, role)
+    chosen = resolve_engine(spec, engine, role, weights)
+    if chosen == "gguf":
+        from anypair.backends.quantized_gguf import load_gguf_member
+        from anypair.kernels.build import KernelUnavailable
+
+        if device != "cpu":
+            raise InputError("the GGUF engine runs on the CPU: use engine='torch' on a GPU")
+        try:
+            return load_gguf_member(spec, role=role, threads=threads, context=context)
+        except KernelUnavailable as exc:
+            if engine == "gguf":
+                raise
+            chosen = "llama.cpp" if str(spec).endswith(".gguf") else "torch"
+            logger.warning("anypair: %s; %s runs on %s instead", exc, spec, chosen)
     if chosen == "llama.cpp":
         if device != "cpu":
             raise InputError("the llama.cpp engine runs on the CPU here: use engine='torch' on a GPU")

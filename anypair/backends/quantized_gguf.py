@@ -1,0 +1,271 @@
+"""The GGUF engine: a target (or draft) served straight from its GGUF file, exactly and fast on a CPU.
+
+The quantized tensors stay the file's own blocks, memory-mapped (no float copy of the model), and
+are multiplied by anypair's batch-invariant kernels (anypair/kernels: int8 activations per row and
+block, integer dot products, a fixed float order). Norms, SiLU and attention are kernels of the same
+kind, so the whole forward gives a token the same logits, bit for bit, whether it is scored alone or
+with up to any number of others: verification is exact with no tolerance at all.
+
+The forward is gpt-fast's: one function for "k new tokens after a cached prefix"; a KV cache
+preallocated per layer in fp16 and written by position, so a rollback is moving a length; no mask
+tensors; grouped-query attention reads each KV head once. Prefill runs through the same forward in
+chunks. Architectures: llama (SmolLM2, Llama) and qwen2 (Qwen2/2.5, biases on q/k/v). llama.cpp's
+converter stores llama's q/k rows permuted for its adjacent-pairs rotary; the rotary here follows
+the file's layout (adjacent pairs for llama, halves for qwen2), which is the same function of the
+weights, so no row is moved.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from anypair.backends.base import ModelBackend
+from anypair.errors import InputError
+
+logger = logging.getLogger("anypair")
+
+#: architectures this forward implements (others keep the torch engine)
+ARCHITECTURES = ("llama", "qwen2")
+#: the default context when the option is unset: min(the model's trained context, this)
+DEFAULT_CONTEXT = 8192
+#: prompt tokens per forward call during prefill (bounds the activations' memory, not the numerics)
+PREFILL_CHUNK = 64
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the forward needs to know of a model, read from the GGUF's metadata."""
+
+    architecture: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    rms_eps: float
+    rope_base: float
+    rope_pairs: str  # "adjacent" (llama in GGUF layout) or "halves" (NeoX style: qwen2)
+    trained_context: int
+    vocab: int
+
+
+def _metadata(reader, key: str, default=None):
+    field = reader.fields.get(key)
+    if field is None:
+        return default
+    value = field.parts[field.data[0]]
+    if field.types and field.types[0].name == "STRING":
+        return bytes(value).decode("utf-8")
+    return value.tolist()[0] if hasattr(value, "tolist") else value
+
+
+def gguf_architecture(path: Path) -> str:
+    """The GGUF's `general.architecture` (reads the header only)."""
+    from gguf import GGUFReader
+
+    return str(_metadata(GGUFReader(str(path)), "general.architecture", "unknown"))
+
+
+def read_shape(reader, tensors: dict) -> ModelShape:
+    arch = str(_metadata(reader, "general.architecture", "unknown"))
+    if arch not in ARCHITECTURES:
+        raise InputError(f"the GGUF engine runs {', '.join(ARCHITECTURES)} models, not {arch!r}: "
+                         "use engine='torch' (or 'llama.cpp')")
+    get = lambda key, default=None: _metadata(reader, f"{arch}.{key}", default)  # noqa: E731
+    hidden, heads = int(get("embedding_length")), int(get("attention.head_count"))
+    return ModelShape(
+        architecture=arch, layers=int(get("block_count")), hidden=hidden, heads=heads,
+        kv_heads=int(get("attention.head_count_kv", heads)),
+        head_dim=int(get("attention.key_length", hidden // heads)),
+        rms_eps=float(get("attention.layer_norm_rms_epsilon", 1e-6)),
+        rope_base=float(get("rope.freq_base", 10000.0)),
+        rope_pairs="adjacent" if arch == "llama" else "halves",
+        trained_context=int(get("context_length", 4096)),
+        vocab=int(tensors["token_embd.weight"].shape[1]),
+    )
+
+
+class _Layer:
+    def __init__(self, index: int, tensors: dict) -> None:
+        from anypair.kernels import LinearGroup, QuantWeight
+
+        def weight(name: str) -> "QuantWeight":
+            bias = tensors.get(f"blk.{index}.{name}.bias")
+            return QuantWeight.from_gguf_tensor(tensors[f"blk.{index}.{name}.weight"],
+                                                None if bias is None else _float_tensor(bias))
+
+        self.attn_norm = _float_tensor(tensors[f"blk.{index}.attn_norm.weight"])
+        self.ffn_norm = _float_tensor(tensors[f"blk.{index}.ffn_norm.weight"])
+        self.qkv = LinearGroup([weight("attn_q"), weight("attn_k"), weight("attn_v")])
+        self.attn_out = LinearGroup([weight("attn_output")])
+        self.gate_up = LinearGroup([weight("ffn_gate"), weight("ffn_up")])
+        self.down = LinearGroup([weight("ffn_down")])
+
+    @property
+    def groups(self):
+        return (self.qkv, self.attn_out, self.gate_up, self.down)
+
+
+def _float_tensor(tensor) -> torch.Tensor:
+    """A small F32/F16 tensor of the file (norms, biases) as float32."""
+    values = np.asarray(tensor.data)
+    if int(tensor.tensor_type) not in (0, 1):
+        from gguf.quants import dequantize
+
+        values = dequantize(values, tensor.tensor_type)
+    return torch.from_numpy(np.array(values, dtype=np.float32).reshape(-1))
+
+
+class QuantizedGGUFBackend(ModelBackend):
+    """A llama/qwen2 GGUF on anypair's batch-invariant kernels, behind extend/crop/reset."""
+
+    bitwise_batch_invariant = True
+
+    def __init__(self, path: os.PathLike, *, name: str = "gguf", threads: Optional[int] = None,
+                 context: Optional[int] = None) -> None:
+        from gguf import GGUFReader
+
+        from anypair.kernels import LinearGroup, QuantWeight, load_library
+
+        load_library()  # compile (or find in the cache) before reading the model: a missing compiler fails fast
+        self.path = Path(path)
+        self.name = name
+        reader = GGUFReader(str(self.path))  # memory-maps the file; tensors are views into it
+        tensors = {t.name: t for t in reader.tensors}
+        self.shape = shape = read_shape(reader, tensors)
+        self.vocab_size = shape.vocab
+        self.max_context = min(shape.trained_context, context or DEFAULT_CONTEXT)
+        self.threads = int(threads or torch.get_num_threads())
+        self.embedding = QuantWeight.from_gguf_tensor(tensors["token_embd.weight"])
+        output = tensors.get("output.weight", tensors["token_embd.weight"])  # tied embeddings share the table
+        self.head = LinearGroup([self.embedding if output is tensors["token_embd.weight"]
+                                 else QuantWeight.from_gguf_tensor(output)])
+        self.output_norm = _float_tensor(tensors["output_norm.weight"])
+        self.layers = [_Layer(i, tensors) for i in range(shape.layers)]
+        self.num_layers = shape.layers
+        self.weight_types = sorted({w.type_name for layer in self.layers for g in layer.groups for w in g.weights}
+                                   | {w.type_name for w in self.head.weights})
+        self.weights_bytes = sum(w.nbytes for layer in self.layers for g in layer.groups for w in g.weights) \
+            + sum(w.nbytes for w in self.head.weights if w is not self.embedding) + self.embedding.nbytes
+        self._rope_cos, self._rope_sin = self._rope_tables()
+        cache_shape = (shape.layers, shape.kv_heads, self.max_context, shape.head_dim)
+        # zero pages are mapped lazily: an unused long context costs address space, not memory
+        self._k_cache = torch.zeros(cache_shape, dtype=torch.float16)
+        self._v_cache = torch.zeros(cache_shape, dtype=torch.float16)
+        self._length = 0
+        self._reader = reader  # keeps the memory map alive
+
+    # -- the ModelBackend interface ---------------------------------------------------------------
+
+    @property
+    def cached_length(self) -> int:
+        return self._length
+
+    def reset(self) -> None:
+        self._length = 0
+
+    def crop(self, length: int) -> None:
+        if length < 0 or length > self._length:
+            raise ValueError(f"cannot crop a cache of {self._length} positions to {length}")
+        self._length = length  # positions past it are overwritten by the next extend
+
+    def extend(self, ids: Sequence[int], all_logits: bool = False) -> torch.Tensor:
+        if not ids:
+            raise ValueError("extend() needs at least one token")
+        if self._length + len(ids) > self.max_context:
+            raise InputError(f"{self.name}: context of {self._length + len(ids)} tokens exceeds this engine's "
+                             f"{self.max_context} (context option, or the model's trained context): "
+                             "shorten the prompt, lower max_new_tokens, or raise context")
+        if any(not 0 <= int(t) < self.vocab_size for t in ids):
+            raise InputError(f"{self.name}: token id out of range for a vocabulary of {self.vocab_size}")
+        ids = [int(t) for t in ids]
+        outputs = []
+        for begin in range(0, len(ids), PREFILL_CHUNK):
+            piece = ids[begin:begin + PREFILL_CHUNK]
+            keep_all = all_logits or begin + len(piece) == len(ids)
+            outputs.append(self._forward(piece, all_logits=all_logits if keep_all else None))
+        if all_logits:
+            return torch.cat([o for o in outputs if o is not None])
+        return outputs[-1]
+
+    # -- the forward --------------------------------------------------------------------------------
+
+    def _rope_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
+        dim = self.shape.head_dim
+        inv_freq = self.shape.rope_base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+        angles = torch.arange(self.max_context, dtype=torch.float64)[:, None] * inv_freq[None, :]
+        return angles.cos().float(), angles.sin().float()
+
+    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Rotary position embedding on [M, heads, D]; elementwise, so exact whatever M is."""
+        if self.shape.rope_pairs == "halves":
+            half = x.shape[-1] // 2
+            first, second = x[..., :half], x[..., half:]
+            return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
+        first, second = x[..., 0::2], x[..., 1::2]
+        return torch.stack((first * cos - second * sin, second * cos + first * sin), dim=-1).flatten(-2)
+
+    @torch.inference_mode()
+    def _forward(self, ids: list[int], all_logits: Optional[bool]) -> Optional[torch.Tensor]:
+        from anypair.kernels import attention, dequant_rows, rmsnorm, silu_mul
+
+        shape, threads = self.shape, self.threads
+        start, rows = self._length, len(ids)
+        end = start + rows
+        cos = self._rope_cos[start:end, None, :]
+        sin = self._rope_sin[start:end, None, :]
+        scale = 1.0 / math.sqrt(shape.head_dim)
+        x = dequant_rows(self.embedding, ids)
+        for index, layer in enumerate(self.layers):
+            h = rmsnorm(x, layer.attn_norm, shape.rms_eps)
+            q, k, v = layer.qkv(h, threads)
+            q = self._rotate(q.view(rows, shape.heads, shape.head_dim), cos, sin)
+            k = self._rotate(k.view(rows, shape.kv_heads, shape.head_dim), cos, sin)
+            self._k_cache[index, :, start:end] = k.transpose(0, 1)
+            self._v_cache[index, :, start:end] = v.view(rows, shape.kv_heads, shape.head_dim).transpose(0, 1)
+            mixed = attention(q, self._k_cache[index], self._v_cache[index], start, scale, threads=threads)
+            x = x + layer.attn_out(mixed, threads)[0]
+            h = rmsnorm(x, layer.ffn_norm, shape.rms_eps)
+            gate, up = layer.gate_up(h, threads)
+            x = x + layer.down(silu_mul(gate, up), threads)[0]
+        self._length = end
+        if all_logits is None:  # a prefill chunk before the last: only the cache matters
+            return None
+        last = x if all_logits else x[-1:]
+        logits = self.head(rmsnorm(last.contiguous(), self.output_norm, shape.rms_eps), threads)[0]
+        return logits if all_logits else logits[0]
+
+    def describe(self) -> str:
+        from anypair.kernels import simd_level
+
+        return (f"{self.path.name}: {self.shape.architecture}, {'/'.join(self.weight_types)} blocks, "
+                f"{simd_level()} kernels, {self.threads} threads")
+
+
+def load_gguf_member(spec, *, role: str, threads: Optional[int], context: Optional[int]):
+    """A target or draft on this engine, from a zoo model or a .gguf path."""
+    from anypair.generation.members import EngineChoice, _zoo_gguf, gguf_of, gguf_tokenizer, member_from_backend
+    from anypair.kernels import simd_level
+
+    gguf = gguf_of(spec)
+    if gguf is None:
+        raise InputError(f"{spec} has no GGUF file for the GGUF engine: give a .gguf path or a zoo model, "
+                         "or use engine='torch'")
+    gguf = _zoo_gguf(str(spec), gguf)
+    if not gguf.is_file():
+        raise InputError(f"no such file: {gguf}")
+    tokenizer, generation = gguf_tokenizer(spec, gguf)
+    backend = QuantizedGGUFBackend(gguf, name=f"{role} {spec}", threads=threads, context=context)
+    choice = EngineChoice("gguf", "/".join(backend.weight_types),
+                          f"the GGUF's blocks on anypair's batch-invariant {simd_level()} kernels, "
+                          "activations int8 per row")
+    return member_from_backend(backend, tokenizer, role=role, name=str(spec), engine=choice,
+                               generation_config=generation, weights_bytes=backend.weights_bytes,
+                               num_layers=backend.num_layers, gguf_path=gguf)

@@ -1,0 +1,119 @@
+"""Compiling the C kernels of anypair/kernels/csrc once per machine, cached under $ANYPAIR_HOME.
+
+The instruction set is detected, never assumed: AVX2+FMA+F16C CPUs get the SIMD path, every other
+CPU the portable reference (the same arithmetic, so results do not depend on which was built).
+The cache key covers the sources, the flags and the compiler, so an edit or a new CPU rebuilds.
+`ANYPAIR_KERNEL_SIMD=portable` forces the portable build (tests, and CPUs that lie about flags).
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Optional
+
+from anypair.errors import BackendError
+from anypair.home import home
+from anypair.machine import cpu_flags
+
+SOURCE_DIR = Path(__file__).with_name("csrc")
+LIBRARY_NAME = "libanypair_kernels.so"
+_lock = threading.Lock()
+_library: Optional[ctypes.CDLL] = None
+
+
+class KernelUnavailable(BackendError):
+    """The kernels cannot be built here (no C compiler, or the compile failed)."""
+
+
+def simd_flags() -> list[str]:
+    """-m flags for the SIMD path this CPU supports; [] means the portable reference."""
+    if os.environ.get("ANYPAIR_KERNEL_SIMD", "").lower() == "portable":
+        return []
+    if {"avx2", "fma", "f16c"} <= cpu_flags():
+        return ["-mavx2", "-mfma", "-mf16c"]
+    return []
+
+
+def compiler() -> Optional[str]:
+    for candidate in (os.environ.get("CC"), "gcc", "cc"):
+        if candidate and shutil.which(candidate):
+            return shutil.which(candidate)
+    return None
+
+
+def _compile_command(cc: str, output: Path) -> list[str]:
+    sources = sorted(str(p) for p in SOURCE_DIR.glob("*.c"))
+    # -ffp-contract=off: no fused multiply-adds the reference does not also do (bitwise agreement)
+    return [cc, "-O3", "-std=c11", "-D_GNU_SOURCE", "-ffp-contract=off", "-fno-math-errno", *simd_flags(),
+            "-fopenmp", "-fPIC", "-shared", "-o", str(output), *sources]
+
+
+def _cache_key(cc: str) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(SOURCE_DIR.iterdir()):
+        digest.update(path.name.encode()); digest.update(path.read_bytes())
+    digest.update(" ".join(_compile_command(cc, Path("x"))[1:]).encode())
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.splitlines()[:1]
+    digest.update("".join(version).encode())
+    return digest.hexdigest()[:16]
+
+
+def library_path() -> Path:
+    """The compiled library for this machine, built now if it is not in the cache."""
+    cc = compiler()
+    if cc is None:
+        raise KernelUnavailable("no C compiler found (gcc or $CC) to build anypair's quantized kernels: "
+                                "install gcc, or use weights='fp16' / 'fp32'")
+    target = home() / "kernels" / _cache_key(cc) / LIBRARY_NAME
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        built = Path(tmp) / LIBRARY_NAME
+        result = subprocess.run(_compile_command(cc, built), capture_output=True, text=True)
+        if result.returncode != 0:
+            lines = result.stderr.strip().splitlines() or ["no output"]
+            first = next((line for line in lines if "error" in line), lines[0])
+            raise KernelUnavailable(f"building anypair's quantized kernels failed ({first}): "
+                                    "use weights='fp16' / 'fp32', or report the compiler's message")
+        os.replace(built, target)  # atomic: a concurrent build never sees half a library
+    return target
+
+
+def load_library() -> ctypes.CDLL:
+    """The kernels, compiled on first use and loaded once per process."""
+    global _library
+    with _lock:
+        if _library is None:
+            import torch  # noqa: F401  (load torch's OpenMP runtime first: the kernels then share its threads)
+
+            lib = ctypes.CDLL(str(library_path()))
+            _declare(lib)
+            _library = lib
+        return _library
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    p, i = ctypes.c_void_p, ctypes.c_int
+    lib.ap_simd_level.restype = i
+    lib.ap_type_supported.argtypes = [i]
+    lib.ap_linear.argtypes = [p, i, p, i, i, p, i, i]
+    lib.ap_linear.restype = i
+    lib.ap_dequant_rows.argtypes = [p, p, i, p]
+    lib.ap_dequant_rows.restype = i
+    lib.ap_quantize_rows.argtypes = [p, i, i, i, p, p, p, p, i]
+    lib.ap_quantize_rows.restype = None
+    lib.ap_rmsnorm.argtypes = [p, p, i, i, ctypes.c_float, p, i]
+    lib.ap_rmsnorm.restype = None
+    lib.ap_silu_mul.argtypes = [p, p, ctypes.c_long, i]
+    lib.ap_silu_mul.restype = None
+    lib.ap_exp.argtypes = [p, p, i, i]
+    lib.ap_exp.restype = None
+    lib.ap_attention.argtypes = [p, p, p, i, i, i, i, i, i, ctypes.c_float, i, p, i, i]
+    lib.ap_attention.restype = i

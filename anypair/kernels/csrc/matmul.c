@@ -1,0 +1,179 @@
+// The exported linear layer: y[r] = W x[r] (+ bias) for M activation rows against one or more
+// weight matrices that read the same input (q/k/v, gate/up), on GGUF blocks.
+//
+// Work is split over weight rows only, in fixed chunks, so a (weight row, activation row) pair is
+// always computed by the same dot function with the same arithmetic, whichever thread takes it and
+// however many rows the call has: the result is bitwise batch-invariant. The activation rows are
+// quantized once per call and per block size (256 for K-quants, 32 for the others).
+#include <stdlib.h>
+
+#include <omp.h>
+
+#include "ap_common.h"
+
+#define AP_CHUNK_ROWS 16  // weight rows per scheduled piece of work
+
+int ap_simd_level(void) {
+#ifdef AP_AVX2
+    return 2;
+#else
+    return 0;
+#endif
+}
+
+int ap_type_supported(int type) { return ap_dot_ref(type) != NULL; }
+
+static ap_dot_fn pick_dot(int type, int use_ref) {
+    ap_dot_fn fn = use_ref ? NULL : ap_dot_avx2(type);
+    return fn ? fn : ap_dot_ref(type);
+}
+
+typedef struct { int8_t *q; float *d; int16_t *s16, *s32; } act_buffers;
+
+static int alloc_act(act_buffers *b, int M, int K, int block) {
+    b->q = malloc((size_t)M * K);
+    b->d = malloc(sizeof(float) * (size_t)M * (K / block));
+    b->s16 = malloc(sizeof(int16_t) * (size_t)M * (K / 16));
+    b->s32 = malloc(sizeof(int16_t) * (size_t)M * (K / 32));
+    return b->q && b->d && b->s16 && b->s32;
+}
+static void free_act(act_buffers *b) { free(b->q); free(b->d); free(b->s16); free(b->s32); }
+
+// Returns 0 on success, -1 for an unsupported type or shape, -2 when out of memory.
+int ap_linear(const ap_weight *ws, int nw, const float *x, int M, int K, float *const *ys, int nthreads, int use_ref) {
+    if (nw <= 0 || M <= 0 || K <= 0 || K % 32) return -1;
+    int need256 = 0, need32 = 0;
+    for (int i = 0; i < nw; i++) {
+        if (ws[i].K != K || !ap_type_supported(ws[i].type)) return -1;
+        int block = ap_act_block(ws[i].type);
+        if (block == 256) { if (K % 256) return -1; need256 = 1; }
+        if (block == 32) need32 = 1;
+    }
+    act_buffers b256 = {0}, b32 = {0};
+    int ok = 1;
+    if (need256) ok &= alloc_act(&b256, M, K, 256);
+    if (need32) ok &= alloc_act(&b32, M, K, 32);
+    if (!ok) { free_act(&b256); free_act(&b32); return -2; }
+    if (need256) (use_ref ? ap_quantize_rows_ref : ap_quantize_rows_avx2)(x, M, K, 256, b256.q, b256.d, b256.s16, b256.s32);
+    if (need32) (use_ref ? ap_quantize_rows_ref : ap_quantize_rows_avx2)(x, M, K, 32, b32.q, b32.d, b32.s16, b32.s32);
+    const ap_act act256 = {M, K, 256, b256.q, b256.d, b256.s16, b256.s32, x};
+    const ap_act act32 = {M, K, 32, b32.q, b32.d, b32.s16, b32.s32, x};
+    const ap_act actf = {M, K, 0, NULL, NULL, NULL, NULL, x};
+
+    // chunk c of the concatenated weight rows -> (matrix, first row)
+    int first_chunk[64 + 1];
+    if (nw > 64) { free_act(&b256); free_act(&b32); return -1; }
+    first_chunk[0] = 0;
+    for (int i = 0; i < nw; i++) first_chunk[i + 1] = first_chunk[i] + (ws[i].N + AP_CHUNK_ROWS - 1) / AP_CHUNK_ROWS;
+    const int chunks = first_chunk[nw];
+
+    #pragma omp parallel for schedule(static) num_threads(nthreads > 0 ? nthreads : omp_get_max_threads())
+    for (int c = 0; c < chunks; c++) {
+        int i = 0;
+        while (c >= first_chunk[i + 1]) i++;
+        const ap_weight *w = &ws[i];
+        const int block = ap_act_block(w->type);
+        const ap_act *a = block == 256 ? &act256 : block == 32 ? &act32 : &actf;
+        const ap_dot_fn dot = pick_dot(w->type, use_ref);
+        const int n0 = (c - first_chunk[i]) * AP_CHUNK_ROWS;
+        const int n1 = n0 + AP_CHUNK_ROWS < w->N ? n0 + AP_CHUNK_ROWS : w->N;
+        float tile[AP_ROW_TILE];
+        for (int n = n0; n < n1; n++) {
+            const uint8_t *wrow = w->data + w->row_bytes * (size_t)n;
+            const float bias = w->bias ? w->bias[n] : 0.0f;
+            for (int r0 = 0; r0 < M; r0 += AP_ROW_TILE) {
+                const int R = M - r0 < AP_ROW_TILE ? M - r0 : AP_ROW_TILE;
+                dot(wrow, a, r0, R, tile);
+                for (int r = 0; r < R; r++) ys[i][(size_t)(r0 + r) * w->N + n] = w->bias ? tile[r] + bias : tile[r];
+            }
+        }
+    }
+    free_act(&b256); free_act(&b32);
+    return 0;
+}
+
+// ---- dequantization of whole rows (token embeddings, tests): the GGUF's own formulas ------------
+
+static void dequant_row(int type, const uint8_t *row, int K, float *y) {
+    switch (type) {
+        case AP_F32: memcpy(y, row, sizeof(float) * (size_t)K); return;
+        case AP_F16: for (int i = 0; i < K; i++) y[i] = ap_h2f(((const uint16_t *)row)[i]); return;
+        case AP_Q8_0: {
+            const block_q8_0 *b = (const block_q8_0 *)row;
+            for (int i = 0; i < K / 32; i++) { float d = ap_h2f(b[i].d); for (int e = 0; e < 32; e++) y[32 * i + e] = d * b[i].qs[e]; }
+            return;
+        }
+        case AP_Q4_0: {
+            const block_q4_0 *b = (const block_q4_0 *)row;
+            for (int i = 0; i < K / 32; i++) {
+                float d = ap_h2f(b[i].d);
+                for (int e = 0; e < 16; e++) { y[32 * i + e] = d * ((b[i].qs[e] & 15) - 8); y[32 * i + e + 16] = d * ((b[i].qs[e] >> 4) - 8); }
+            }
+            return;
+        }
+        case AP_Q4_1: {
+            const block_q4_1 *b = (const block_q4_1 *)row;
+            for (int i = 0; i < K / 32; i++) {
+                float d = ap_h2f(b[i].d), m = ap_h2f(b[i].m);
+                for (int e = 0; e < 16; e++) { y[32 * i + e] = d * (b[i].qs[e] & 15) + m; y[32 * i + e + 16] = d * (b[i].qs[e] >> 4) + m; }
+            }
+            return;
+        }
+        case AP_Q5_0: {
+            const block_q5_0 *b = (const block_q5_0 *)row;
+            for (int i = 0; i < K / 32; i++) {
+                float d = ap_h2f(b[i].d); uint32_t qh; memcpy(&qh, b[i].qh, 4);
+                for (int e = 0; e < 16; e++) {
+                    y[32 * i + e] = d * ((int)((b[i].qs[e] & 15) | (((qh >> e) & 1) << 4)) - 16);
+                    y[32 * i + e + 16] = d * ((int)((b[i].qs[e] >> 4) | (((qh >> (e + 16)) & 1) << 4)) - 16);
+                }
+            }
+            return;
+        }
+        case AP_Q4_K: {
+            const block_q4_K *b = (const block_q4_K *)row;
+            for (int i = 0; i < K / 256; i++) {
+                uint8_t sc[8], mn[8]; ap_q4k_scales(b[i].scales, sc, mn);
+                float d = ap_h2f(b[i].d), dmin = ap_h2f(b[i].dmin);
+                for (int j = 0; j < 8; j++) {
+                    const uint8_t *qs = b[i].qs + 32 * (j / 2);
+                    float d1 = d * sc[j], m1 = dmin * mn[j];
+                    for (int e = 0; e < 32; e++) y[256 * i + 32 * j + e] = d1 * ((j & 1) ? (qs[e] >> 4) : (qs[e] & 15)) - m1;
+                }
+            }
+            return;
+        }
+        case AP_Q6_K: {
+            const block_q6_K *b = (const block_q6_K *)row;
+            for (int i = 0; i < K / 256; i++) {
+                float d = ap_h2f(b[i].d);
+                for (int n = 0; n < 2; n++) {
+                    const uint8_t *ql = b[i].ql + 64 * n, *qh = b[i].qh + 32 * n; const int8_t *sc = b[i].scales + 8 * n;
+                    float *o = y + 256 * i + 128 * n;
+                    for (int l = 0; l < 32; l++) {
+                        int is = l / 16;
+                        o[l] = d * sc[is] * (((ql[l] & 15) | (((qh[l] >> 0) & 3) << 4)) - 32);
+                        o[l + 32] = d * sc[is + 2] * (((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32);
+                        o[l + 64] = d * sc[is + 4] * (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+                        o[l + 96] = d * sc[is + 6] * (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+                    }
+                }
+            }
+            return;
+        }
+    }
+}
+
+int ap_dequant_rows(const ap_weight *w, const int64_t *rows, int n, float *out) {
+    if (!ap_type_supported(w->type)) return -1;
+    for (int i = 0; i < n; i++) {
+        if (rows[i] < 0 || rows[i] >= w->N) return -1;
+        dequant_row(w->type, w->data + w->row_bytes * (size_t)rows[i], w->K, out + (size_t)i * w->K);
+    }
+    return 0;
+}
+
+// test hook: the activation quantization alone (block 256 or 32), reference or SIMD path
+void ap_quantize_rows(const float *x, int M, int K, int block, int8_t *q, float *d, int16_t *s16, int16_t *s32, int use_ref) {
+    (use_ref ? ap_quantize_rows_ref : ap_quantize_rows_avx2)(x, M, K, block, q, d, s16, s32);
+}

@@ -1,0 +1,197 @@
+// The non-linear parts of a transformer step that must also be batch-invariant: RMSNorm, SiLU x up,
+// and attention over an fp16 KV cache written by position.
+//
+// Each works row by row (attention: query by query), in an order fixed by the row alone, never by
+// how many rows the call has; the SIMD path and the scalar reference do the same operations in the
+// same order (8 float lanes + ap_reduce8, sequential sums over positions, one exp polynomial), so
+// they agree bitwise. Attention reads each KV head once for all the query heads that share it.
+#include <math.h>
+#include <stdlib.h>
+
+#include <omp.h>
+
+#include "ap_common.h"
+
+// ---- exp: one polynomial, written twice (scalar, AVX2) with the same operations -----------------
+// Cephes' expf: x = n ln2 + r, |r| <= ln2/2, exp(r) by a degree-6 polynomial, times 2^n.
+#define EXP_HI 88.3762626647949f
+#define EXP_LO -87.3365447505531f
+#define LOG2E 1.44269504088896341f
+#define LN2_HI 0.693359375f
+#define LN2_LO -2.12194440e-4f
+#define P0 1.9875691500e-4f
+#define P1 1.3981999507e-3f
+#define P2 8.3334519073e-3f
+#define P3 4.1665795894e-2f
+#define P4 1.6666665459e-1f
+#define P5 5.0000001201e-1f
+
+static inline float exp_ref(float x) {
+    if (x < EXP_LO) return 0.0f;
+    if (x > EXP_HI) x = EXP_HI;
+    float n = nearbyintf(x * LOG2E);
+    float r = (x - n * LN2_HI) - n * LN2_LO;
+    float y = P0;
+    y = y * r + P1; y = y * r + P2; y = y * r + P3; y = y * r + P4; y = y * r + P5;
+    y = (y * (r * r) + r) + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale; memcpy(&scale, &bits, 4);
+    return y * scale;
+}
+
+#ifdef AP_AVX2
+static inline __m256 exp_avx2(__m256 x) {
+    __m256 zero_mask = _mm256_cmp_ps(x, _mm256_set1_ps(EXP_LO), _CMP_LT_OQ);
+    x = _mm256_min_ps(x, _mm256_set1_ps(EXP_HI));
+    x = _mm256_max_ps(x, _mm256_set1_ps(EXP_LO));  // masked to 0 below; keeps 2^n in range
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_sub_ps(_mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(LN2_HI))), _mm256_mul_ps(n, _mm256_set1_ps(LN2_LO)));
+    __m256 y = _mm256_set1_ps(P0);
+    y = _mm256_add_ps(_mm256_mul_ps(y, r), _mm256_set1_ps(P1));
+    y = _mm256_add_ps(_mm256_mul_ps(y, r), _mm256_set1_ps(P2));
+    y = _mm256_add_ps(_mm256_mul_ps(y, r), _mm256_set1_ps(P3));
+    y = _mm256_add_ps(_mm256_mul_ps(y, r), _mm256_set1_ps(P4));
+    y = _mm256_add_ps(_mm256_mul_ps(y, r), _mm256_set1_ps(P5));
+    y = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(y, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0f));
+    __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(zero_mask, _mm256_mul_ps(y, _mm256_castsi256_ps(bits)));
+}
+#endif
+
+// The exp() test hook: n values, reference or SIMD
+void ap_exp(const float *x, float *y, int n, int use_ref) {
+    int i = 0;
+#ifdef AP_AVX2
+    if (!use_ref) for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, exp_avx2(_mm256_loadu_ps(x + i)));
+#endif
+    for (; i < n; i++) y[i] = exp_ref(x[i]);
+}
+
+// ---- dot of two float vectors of length D (D % 8 == 0) in the fixed lane order -----------------
+static inline float dot_f32_f16_ref(const float *q, const uint16_t *k, int D) {
+    float acc[8] = {0};
+    for (int c = 0; c < D; c += 8)
+        for (int i = 0; i < 8; i++) acc[i] = acc[i] + q[c + i] * ap_h2f(k[c + i]);
+    return ap_reduce8(acc);
+}
+
+// ---- RMSNorm: y = x / sqrt(mean(x^2) + eps) * w, row by row ---------------------------------------
+void ap_rmsnorm(const float *x, const float *w, int M, int n, float eps, float *y, int use_ref) {
+    for (int r = 0; r < M; r++) {
+        const float *xr = x + (size_t)r * n; float *yr = y + (size_t)r * n;
+        float acc[8] = {0};
+        int c = 0;
+#ifdef AP_AVX2
+        if (!use_ref) {
+            __m256 a = _mm256_setzero_ps();
+            for (; c + 8 <= n; c += 8) { __m256 v = _mm256_loadu_ps(xr + c); a = _mm256_add_ps(a, _mm256_mul_ps(v, v)); }
+            _mm256_storeu_ps(acc, a);
+        }
+#endif
+        for (; c + 8 <= n; c += 8)
+            for (int i = 0; i < 8; i++) acc[i] = acc[i] + xr[c + i] * xr[c + i];
+        for (int i = 0; c < n; c++, i++) acc[i] = acc[i] + xr[c] * xr[c];
+        const float scale = 1.0f / sqrtf(ap_reduce8(acc) / (float)n + eps);
+        for (int i = 0; i < n; i++) yr[i] = (xr[i] * scale) * w[i];  // elementwise: any vector width gives these bits
+    }
+}
+
+// ---- SiLU(gate) * up, in place in gate --------------------------------------------------------------
+void ap_silu_mul(float *gate, const float *up, long n, int use_ref) {
+    long i = 0;
+#ifdef AP_AVX2
+    if (!use_ref)
+        for (; i + 8 <= n; i += 8) {
+            __m256 g = _mm256_loadu_ps(gate + i);
+            __m256 e = exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), g));
+            __m256 s = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+            _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+        }
+#endif
+    for (; i < n; i++) gate[i] = (gate[i] / (1.0f + exp_ref(0.0f - gate[i]))) * up[i];
+}
+
+// ---- attention ----------------------------------------------------------------------------------
+// q [M][Hq][D] (rotated), caches [Hkv][L_max][D] fp16 holding positions 0..start+M-1, out [M][Hq][D].
+// Query m sits at position start+m and attends to positions lo..start+m (lo = start+m-window+1 for
+// sliding-window layers, else 0). The Hq/Hkv query heads of a KV head are scored together: each
+// key and value row is read and widened once for all of them.
+static void attend_one(const float *q, const uint16_t *kc, const uint16_t *vc, int L_max, int D, int G, int lo, int hi,
+                       float scale, float *out, float *scores, int use_ref) {
+    const int L = hi - lo + 1;
+    // scores[g][j] = q_g . k_j * scale
+    for (int j = 0; j < L; j++) {
+        const uint16_t *k = kc + (size_t)(lo + j) * D;
+#ifdef AP_AVX2
+        if (!use_ref) {
+            for (int g = 0; g < G; g++) {
+                const float *qg = q + (size_t)g * D;
+                __m256 a = _mm256_setzero_ps();
+                for (int c = 0; c < D; c += 8)
+                    a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_loadu_ps(qg + c), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + c)))));
+                scores[(size_t)g * L + j] = ap_reduce8_avx2(a) * scale;
+            }
+            continue;
+        }
+#endif
+        for (int g = 0; g < G; g++) scores[(size_t)g * L + j] = dot_f32_f16_ref(q + (size_t)g * D, k, D) * scale;
+    }
+    // softmax numerators and their sum, per head; positions in order
+    float inv_sum[64];
+    for (int g = 0; g < G; g++) {
+        float *s = scores + (size_t)g * L;
+        float mx = s[0];
+        for (int j = 1; j < L; j++) mx = s[j] > mx ? s[j] : mx;
+        int j = 0;
+#ifdef AP_AVX2
+        if (!use_ref)
+            for (; j + 8 <= L; j += 8) _mm256_storeu_ps(s + j, exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), _mm256_set1_ps(mx))));
+#endif
+        for (; j < L; j++) s[j] = exp_ref(s[j] - mx);
+        float sum = 0.0f;
+        for (j = 0; j < L; j++) sum += s[j];
+        inv_sum[g] = 1.0f / sum;
+    }
+    // out_g = sum_j p_j v_j / sum, accumulated over positions in order
+    for (int g = 0; g < G; g++) memset(out + (size_t)g * D, 0, sizeof(float) * D);
+    for (int j = 0; j < L; j++) {
+        const uint16_t *v = vc + (size_t)(lo + j) * D;
+#ifdef AP_AVX2
+        if (!use_ref) {
+            for (int c = 0; c < D; c += 8) {
+                __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + c)));
+                for (int g = 0; g < G; g++) {
+                    float *o = out + (size_t)g * D + c;
+                    _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), _mm256_mul_ps(_mm256_set1_ps(scores[(size_t)g * L + j]), vv)));
+                }
+            }
+            continue;
+        }
+#endif
+        for (int g = 0; g < G; g++)
+            for (int c = 0; c < D; c++) out[(size_t)g * D + c] = out[(size_t)g * D + c] + scores[(size_t)g * L + j] * ap_h2f(v[c]);
+    }
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < D; c++) out[(size_t)g * D + c] = out[(size_t)g * D + c] * inv_sum[g];
+    (void)L_max;
+}
+
+// Returns 0, or -1 for bad shapes.
+int ap_attention(const float *q, const uint16_t *k_cache, const uint16_t *v_cache, int L_max, int start, int M,
+                 int Hq, int Hkv, int D, float scale, int window, float *out, int nthreads, int use_ref) {
+    if (Hkv <= 0 || Hq % Hkv || D % 8 || Hq / Hkv > 64 || start + M > L_max) return -1;
+    const int G = Hq / Hkv, tasks = M * Hkv;
+    #pragma omp parallel num_threads(nthreads > 0 ? nthreads : omp_get_max_threads())
+    {
+        float *scores = malloc(sizeof(float) * (size_t)G * (size_t)(start + M));
+        #pragma omp for schedule(static)
+        for (int t = 0; t < tasks; t++) {
+            const int m = t / Hkv, h = t % Hkv, pos = start + m;
+            const int lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+            attend_one(q + ((size_t)m * Hq + (size_t)h * G) * D, k_cache + (size_t)h * L_max * D, v_cache + (size_t)h * L_max * D,
+                       L_max, D, G, lo, pos, scale, out + ((size_t)m * Hq + (size_t)h * G) * D, scores, use_ref);
+        }
+        free(scores);
+    }
+    return 0;
+}

@@ -1,0 +1,141 @@
+"""Typed Python surface of the C kernels: weights held as their GGUF bytes, torch tensors in and out.
+
+`QuantWeight` is one [N, K] matrix in its GGUF type (memory-mapped bytes, never a float copy);
+`LinearGroup` multiplies activation rows by several matrices that read the same input (q/k/v,
+gate/up) in one call, quantizing the rows once. Types without a native kernel are dequantized once
+to F32 with gguf's own code (exact values), so every GGUF type runs, the rare ones slower.
+`use_reference=True` runs the scalar reference instead of the SIMD path (tests compare the two).
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from anypair.kernels.build import load_library
+
+#: ggml types with a kernel of their own (others are widened to F32 at load)
+NATIVE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 8: "Q8_0", 12: "Q4_K", 14: "Q6_K"}
+_F32 = 0
+
+
+class _ApWeight(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("N", ctypes.c_int), ("K", ctypes.c_int), ("row_bytes", ctypes.c_size_t),
+                ("data", ctypes.c_void_p), ("bias", ctypes.c_void_p)]
+
+
+def simd_level() -> str:
+    """Which path the compiled kernels run: "avx2" or "portable"."""
+    return "avx2" if load_library().ap_simd_level() == 2 else "portable"
+
+
+@dataclass
+class QuantWeight:
+    """A weight matrix [N rows, K columns] as GGUF blocks (row-major, `row_bytes` per row)."""
+
+    ggml_type: int
+    rows: int
+    cols: int
+    data: np.ndarray  # uint8 [rows, row_bytes], usually a memory map of the GGUF
+    bias: Optional[torch.Tensor] = None  # float32 [rows]
+    type_name: str = ""
+    _struct: _ApWeight = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.ggml_type not in NATIVE_TYPES:
+            raise ValueError(f"no kernel for ggml type {self.ggml_type}: use QuantWeight.from_gguf_tensor")
+        if self.data.dtype != np.uint8 or self.data.ndim != 2 or self.data.shape[0] != self.rows:
+            raise ValueError("QuantWeight data must be uint8 [rows, row_bytes]")
+        if not self.data.flags["C_CONTIGUOUS"]:
+            self.data = np.ascontiguousarray(self.data)
+        if self.bias is not None:
+            self.bias = self.bias.detach().to(torch.float32).contiguous()
+        self.type_name = self.type_name or NATIVE_TYPES[self.ggml_type]
+        self._struct = _ApWeight(self.ggml_type, self.rows, self.cols, self.data.shape[1], self.data.ctypes.data,
+                                 self.bias.data_ptr() if self.bias is not None else None)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes)
+
+    @classmethod
+    def from_gguf_tensor(cls, tensor, bias: Optional[torch.Tensor] = None) -> "QuantWeight":
+        """From a gguf.GGUFReader tensor (ggml shape [K, N]): the blocks as they are in the file, or
+        for a type without a kernel its exact values widened to F32."""
+        cols, rows = int(tensor.shape[0]), int(np.prod(tensor.shape[1:]))
+        ggml_type = int(tensor.tensor_type)
+        raw = np.asarray(tensor.data)
+        if ggml_type in NATIVE_TYPES:
+            data = raw.reshape(rows, -1).view(np.uint8)
+            return cls(ggml_type, rows, cols, data, bias, NATIVE_TYPES[ggml_type])
+        from gguf.quants import dequantize
+
+        values = np.ascontiguousarray(dequantize(raw, tensor.tensor_type).reshape(rows, cols).astype(np.float32))
+        return cls(_F32, rows, cols, values.view(np.uint8).reshape(rows, -1), bias,
+                   f"{tensor.tensor_type.name} as F32")
+
+
+class LinearGroup:
+    """Matrices that read the same input rows: y_i = x W_i^T (+ b_i), one C call for all of them."""
+
+    def __init__(self, weights: Sequence[QuantWeight]) -> None:
+        if not weights or len({w.cols for w in weights}) != 1:
+            raise ValueError("a LinearGroup needs matrices with the same number of columns")
+        self.weights = list(weights)
+        self.cols = weights[0].cols
+        self._array = (_ApWeight * len(weights))(*[w._struct for w in weights])
+        self._lib = load_library()
+
+    def __call__(self, x: torch.Tensor, threads: int = 0, use_reference: bool = False) -> list[torch.Tensor]:
+        if x.dtype != torch.float32 or x.dim() != 2 or x.shape[1] != self.cols:
+            raise ValueError(f"expected float32 rows [M, {self.cols}], got {tuple(x.shape)} {x.dtype}")
+        x = x.contiguous()
+        rows = x.shape[0]
+        outputs = [torch.empty(rows, w.rows, dtype=torch.float32) for w in self.weights]
+        pointers = (ctypes.c_void_p * len(outputs))(*[o.data_ptr() for o in outputs])
+        status = self._lib.ap_linear(ctypes.addressof(self._array), len(self.weights), x.data_ptr(), rows, self.cols,
+                                     ctypes.addressof(pointers), threads, int(use_reference))
+        if status != 0:
+            raise RuntimeError(f"ap_linear failed ({status}): shapes or types the kernels do not take")
+        return outputs
+
+
+def dequant_rows(weight: QuantWeight, row_ids: Sequence[int]) -> torch.Tensor:
+    """Rows of a quantized matrix as float32 (token embeddings: a gather, dequantized per row)."""
+    ids = torch.as_tensor(list(row_ids), dtype=torch.int64)
+    out = torch.empty(len(ids), weight.cols, dtype=torch.float32)
+    if load_library().ap_dequant_rows(ctypes.addressof(weight._struct), ids.data_ptr(), len(ids), out.data_ptr()) != 0:
+        raise IndexError(f"row ids out of range for a matrix of {weight.rows} rows")
+    return out
+
+
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, use_reference: bool = False) -> torch.Tensor:
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    load_library().ap_rmsnorm(x.data_ptr(), weight.data_ptr(), x.shape[0], x.shape[1], ctypes.c_float(eps),
+                              out.data_ptr(), int(use_reference))
+    return out
+
+
+def silu_mul(gate: torch.Tensor, up: torch.Tensor, use_reference: bool = False) -> torch.Tensor:
+    """SiLU(gate) * up, written into gate (contiguous float32 tensors of one shape)."""
+    load_library().ap_silu_mul(gate.data_ptr(), up.data_ptr(), gate.numel(), int(use_reference))
+    return gate
+
+
+def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, start: int, scale: float,
+              window: int = 0, threads: int = 0, use_reference: bool = False) -> torch.Tensor:
+    """q [M, Hq, D] float32 for positions start..start+M-1; caches [Hkv, L_max, D] float16 holding
+    positions 0..start+M-1. Returns [M, Hq * D]. `window` > 0: sliding-window attention."""
+    rows, heads, dim = q.shape
+    kv_heads, max_len, _ = k_cache.shape
+    out = torch.empty(rows, heads * dim, dtype=torch.float32)
+    status = load_library().ap_attention(q.contiguous().data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), max_len,
+                                         start, rows, heads, kv_heads, dim, ctypes.c_float(scale), window,
+                                         out.data_ptr(), threads, int(use_reference))
+    if status != 0:
+        raise RuntimeError("ap_attention: bad shapes (heads not a multiple of KV heads, D % 8, or past the cache)")
+    return out

@@ -1,0 +1,219 @@
+"""anypair/kernels on real GGUF blocks: the SIMD path equals the scalar reference bitwise, a row's
+output is bitwise the same alone or with 1..16 others, the values are the GGUF's (dequantization
+against gguf's own code, products against fp64), and the attention/norm/SiLU kernels likewise.
+
+Real blocks come from the zoo's GGUFs (Qwen Q4_K/Q6_K, SmolLM2 Q4_1, Qwen-0.5B and Gemma's other
+types); a type no zoo file holds is made by quantizing a real weight matrix with gguf's quantizer.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from anypair.kernels import NATIVE_TYPES, LinearGroup, QuantWeight, attention, dequant_rows, load_library, rmsnorm, \
+    silu_mul
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+ROWS_PER_MATRIX = 96  # enough rows for every chunk/thread split, small enough to be quick
+
+
+def _zoo_tensors():
+    """name -> gguf tensor, over the zoo's test-group GGUFs, first tensor of each type wins."""
+    from gguf import GGUFReader
+
+    from anypair.zoo.registry import ZOO_MODELS
+    from anypair.zoo.served_gguf import gguf_file
+
+    by_type = {}
+    for model in ZOO_MODELS.values():
+        if not model.in_test_group:
+            continue
+        path = gguf_file(model, progress=False)
+        for tensor in GGUFReader(str(path)).tensors:
+            if len(tensor.shape) == 2 and int(tensor.tensor_type) not in by_type and tensor.shape[0] % 256 == 0:
+                by_type[int(tensor.tensor_type)] = tensor
+    return by_type
+
+
+@pytest.fixture(scope="module")
+def real_matrices():
+    """ggml type -> QuantWeight of ROWS_PER_MATRIX real rows, for every type with a kernel."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize, quantize
+
+    found = _zoo_tensors()
+    matrices = {}
+    for ggml_type, tensor in found.items():
+        if ggml_type in NATIVE_TYPES:
+            weight = QuantWeight.from_gguf_tensor(tensor)
+            matrices[ggml_type] = QuantWeight(weight.ggml_type, ROWS_PER_MATRIX, weight.cols,
+                                              np.ascontiguousarray(weight.data[:ROWS_PER_MATRIX]))
+    # types no zoo file holds: real values (a Q4_K matrix's), quantized by gguf's own code
+    source = found[int(GGMLQuantizationType.Q4_K)]
+    values = dequantize(np.asarray(source.data), source.tensor_type)[:ROWS_PER_MATRIX].astype(np.float32)
+    for name in ("Q4_0", "Q4_1", "Q5_0", "Q8_0", "F16", "F32"):
+        qtype = GGMLQuantizationType[name]
+        if int(qtype) in matrices:
+            continue
+        blocks = values.astype(np.float16) if name == "F16" else values if name == "F32" else quantize(values, qtype)
+        blocks = np.ascontiguousarray(blocks).view(np.uint8).reshape(ROWS_PER_MATRIX, -1)
+        matrices[int(qtype)] = QuantWeight(int(qtype), ROWS_PER_MATRIX, values.shape[1], blocks)
+    assert set(matrices) == set(NATIVE_TYPES), f"missing kernels' test matrices: {set(NATIVE_TYPES) - set(matrices)}"
+    return matrices
+
+
+def _activations(rows: int, cols: int, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, cols, generator=generator)
+    x[:, :7] *= 30.0  # outlier channels, as real hidden states have
+    return x
+
+
+@pytest.mark.parametrize("type_name", list(NATIVE_TYPES.values()))
+def test_simd_path_equals_the_scalar_reference_bitwise(real_matrices, type_name):
+    weight = real_matrices[next(t for t, n in NATIVE_TYPES.items() if n == type_name)]
+    group = LinearGroup([weight])
+    x = _activations(7, weight.cols)
+    assert torch.equal(group(x)[0], group(x, use_reference=True)[0])
+
+
+@pytest.mark.parametrize("type_name", list(NATIVE_TYPES.values()))
+def test_rows_are_bitwise_the_same_alone_or_with_up_to_16_others(real_matrices, type_name):
+    weight = real_matrices[next(t for t, n in NATIVE_TYPES.items() if n == type_name)]
+    group = LinearGroup([weight])
+    x = _activations(16, weight.cols, seed=1)
+    alone = torch.cat([group(x[i:i + 1], threads=2)[0] for i in range(16)])
+    for k in range(2, 17):
+        together = group(x[:k], threads=2)[0]
+        assert torch.equal(together, alone[:k]), f"{type_name}: row results change when {k} rows are scored together"
+    # and whatever the thread count
+    assert torch.equal(group(x, threads=1)[0], alone)
+
+
+def _quantized_rows(x: torch.Tensor, block: int) -> torch.Tensor:
+    """The activation rows as the kernels see them: int8 times the per-block scale, in fp64."""
+    lib = load_library()
+    rows, cols = x.shape
+    q = torch.empty(rows, cols, dtype=torch.int8)
+    d = torch.empty(rows, cols // block)
+    s16 = torch.empty(rows, cols // 16, dtype=torch.int16)
+    s32 = torch.empty(rows, cols // 32, dtype=torch.int16)
+    lib.ap_quantize_rows(x.data_ptr(), rows, cols, block, q.data_ptr(), d.data_ptr(), s16.data_ptr(), s32.data_ptr(), 0)
+    assert torch.equal(s16.int(), q.view(rows, -1, 16).int().sum(-1)) and torch.equal(s32.int(), q.view(rows, -1, 32).int().sum(-1))
+    return (q.double().view(rows, -1, block) * d.double().unsqueeze(-1)).view(rows, cols)
+
+
+@pytest.mark.parametrize("type_name", list(NATIVE_TYPES.values()))
+def test_products_are_the_gguf_weights_times_the_activations(real_matrices, type_name):
+    """Against fp64 on gguf's own dequantization: with the activations as quantized, the kernel's
+    only error is fp32 rounding; against the float activations, int8 rounding (llama.cpp's class)."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    ggml_type = next(t for t, n in NATIVE_TYPES.items() if n == type_name)
+    weight = real_matrices[ggml_type]
+    if type_name in ("F16", "F32"):
+        exact = weight.data.view(np.float16 if type_name == "F16" else np.float32).astype(np.float64)
+    else:
+        exact = dequantize(weight.data, GGMLQuantizationType(ggml_type)).astype(np.float64)
+    exact = torch.from_numpy(exact.reshape(weight.rows, weight.cols))
+    x = _activations(5, weight.cols, seed=2)
+    got = LinearGroup([weight])(x)[0].double()
+    block = {"F16": 0, "F32": 0, "Q4_K": 256, "Q6_K": 256}.get(type_name, 32)
+    as_seen = x.double() if block == 0 else _quantized_rows(x, block)
+    reference = as_seen @ exact.T
+    assert float((got - reference).abs().max() / reference.abs().max()) < 1e-5
+    plain = x.double() @ exact.T
+    relative = float((got - plain).abs().max() / plain.abs().max())
+    assert relative < (1e-6 if block == 0 else 5e-2), f"{type_name}: relative error {relative:.2e}"
+    # dequantized rows (the embedding gather) are gguf's values
+    rows = dequant_rows(weight, [0, 5, weight.rows - 1]).double()
+    assert torch.allclose(rows, exact[[0, 5, weight.rows - 1]], rtol=1e-6, atol=1e-7)
+
+
+def test_a_group_with_biases_and_mixed_types_equals_its_members_alone(real_matrices):
+    """q/k/v in one call: K-quant and 32-block types side by side (two activation quantizations), a bias."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize, quantize
+
+    q4k = real_matrices[12]
+    values = dequantize(q4k.data, GGMLQuantizationType.Q4_K).reshape(q4k.rows, q4k.cols).astype(np.float32)
+    q8 = QuantWeight(8, q4k.rows, q4k.cols, np.ascontiguousarray(
+        quantize(values, GGMLQuantizationType.Q8_0)).view(np.uint8).reshape(q4k.rows, -1))
+    bias = torch.randn(q4k.rows)
+    with_bias = QuantWeight(q4k.ggml_type, q4k.rows, q4k.cols, q4k.data, bias)
+    x = _activations(3, q4k.cols, seed=3)
+    first, second = LinearGroup([with_bias, q8])(x)
+    assert torch.equal(first, LinearGroup([q4k])(x)[0] + bias)
+    assert torch.equal(second, LinearGroup([q8])(x)[0])
+
+
+def test_bad_input_is_refused():
+    weight = QuantWeight(0, 8, 32, np.zeros((8, 128), dtype=np.uint8))
+    with pytest.raises(ValueError):
+        LinearGroup([weight])(torch.zeros(2, 64))
+    with pytest.raises(IndexError):
+        dequant_rows(weight, [8])
+    with pytest.raises(ValueError, match="no kernel"):
+        QuantWeight(99, 8, 32, np.zeros((8, 128), dtype=np.uint8))
+
+
+# -- the other kernels of a step ------------------------------------------------------------------
+
+def test_exp_rmsnorm_silu_simd_equal_reference_and_are_accurate():
+    import ctypes
+
+    lib = load_library()
+    x = torch.linspace(-90, 10, 1003)
+    fast, ref = torch.empty_like(x), torch.empty_like(x)
+    lib.ap_exp(x.data_ptr(), fast.data_ptr(), x.numel(), 0)
+    lib.ap_exp(x.data_ptr(), ref.data_ptr(), x.numel(), 1)
+    assert torch.equal(fast, ref)
+    assert torch.allclose(fast.double(), x.double().exp(), rtol=2e-7, atol=2e-38)  # 0 below exp(-87.3)
+    del ctypes
+
+    h = _activations(5, 1536, seed=4)
+    w = torch.rand(1536) + 0.5
+    assert torch.equal(rmsnorm(h, w, 1e-6), rmsnorm(h, w, 1e-6, use_reference=True))
+    expected = h.double() / (h.double().pow(2).mean(-1, keepdim=True) + 1e-6).sqrt() * w.double()
+    assert torch.allclose(rmsnorm(h, w, 1e-6).double(), expected, rtol=1e-5, atol=1e-5)
+    assert torch.equal(torch.cat([rmsnorm(h[i:i + 1], w, 1e-6) for i in range(5)]), rmsnorm(h, w, 1e-6))
+
+    gate, up = _activations(3, 1000, seed=5), _activations(3, 1000, seed=6)
+    fast = silu_mul(gate.clone(), up)
+    assert torch.equal(fast, silu_mul(gate.clone(), up, use_reference=True))
+    assert torch.allclose(fast, torch.nn.functional.silu(gate) * up, rtol=1e-5, atol=1e-5)
+
+
+def _filled_cache(kv_heads: int, length: int, dim: int, seed: int):
+    generator = torch.Generator().manual_seed(seed)
+    k = torch.randn(kv_heads, length + 8, dim, generator=generator).half()
+    v = torch.randn(kv_heads, length + 8, dim, generator=generator).half()
+    return k, v
+
+
+@pytest.mark.parametrize("heads,kv_heads,dim,window", [(12, 2, 128, 0), (9, 3, 64, 0), (4, 1, 256, 40)])
+def test_attention_matches_torch_and_is_bitwise_batch_invariant(heads, kv_heads, dim, window):
+    context, queries = 300, 16
+    k_cache, v_cache = _filled_cache(kv_heads, context + queries, dim, seed=heads)
+    q = torch.randn(queries, heads, dim, generator=torch.Generator().manual_seed(7))
+    scale = 1.0 / math.sqrt(dim)
+    together = attention(q, k_cache, v_cache, context, scale, window=window, threads=2)
+    assert torch.equal(together, attention(q, k_cache, v_cache, context, scale, window=window, use_reference=True))
+    alone = torch.cat([attention(q[i:i + 1], k_cache, v_cache, context + i, scale, window=window, threads=1)
+                       for i in range(queries)])
+    assert torch.equal(together, alone)
+    # torch's attention in fp64 on the same cache: query i sees positions [lo, context + i]
+    group = heads // kv_heads
+    for i in (0, queries - 1):
+        pos = context + i
+        lo = max(0, pos - window + 1) if window else 0
+        keys = k_cache[:, lo:pos + 1].double().repeat_interleave(group, 0)
+        values = v_cache[:, lo:pos + 1].double().repeat_interleave(group, 0)
+        weights = torch.softmax((keys @ q[i].double().unsqueeze(-1)).squeeze(-1) * scale, dim=-1)
+        expected = (weights.unsqueeze(-1) * values).sum(1).reshape(-1)
+        assert torch.allclose(together[i].double(), expected, rtol=1e-4, atol=1e-5)
