@@ -6,6 +6,7 @@ import sys
 from typing import Optional, Sequence
 
 from anypair.errors import AnyPairError, InputError
+from anypair.generation.checks import ENGINES
 
 from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
@@ -21,15 +22,18 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                    help="end a draft round once the draft's probability that its proposal is right falls below "
                         "this (default: set by the adaptive policy from measured costs; 0: off)")
     p.add_argument("--weights", "--dtype", dest="weights", choices=["auto", "fp32", "fp16", "bf16"], default="auto",
-                   help="target weights on the torch engine (default auto: the fastest batch-invariant format of "
+                   help="target weights on the torch engine (default auto: a GGUF-sourced target runs on the GGUF "
+                        "engine; otherwise the fastest batch-invariant format of "
                         "this machine, checked at load; fp16 = fp16 weights with fp32 math on AVX2 CPUs)")
     p.add_argument("--draft-weights", choices=["auto", "fp32", "fp16", "bf16", "int8"], default="auto",
                    help="draft weights when the draft runs on torch (int8: dynamic int8, drafts only)")
-    p.add_argument("--engine", choices=["auto", "torch", "llama.cpp"], default="auto",
-                   help="target engine (auto: llama.cpp for a .gguf file, torch otherwise)")
-    p.add_argument("--draft-engine", choices=["auto", "torch", "llama.cpp"], default="auto",
+    p.add_argument("--engine", choices=list(ENGINES), default="auto",
+                   help="target engine (auto: gguf, anypair's exact engine on the GGUF's own blocks, for a target "
+                        "with a GGUF (zoo models, .gguf files) of a llama/qwen2 architecture; torch otherwise)")
+    p.add_argument("--draft-engine", choices=list(ENGINES), default="auto",
                    help="draft engine (auto: llama.cpp when llama-cpp-python is installed and the draft has a GGUF)")
-    p.add_argument("--context", type=int, default=None, help="llama.cpp context length (default min(trained, 8192))")
+    p.add_argument("--context", type=int, default=None,
+                   help="context length of the gguf and llama.cpp engines (default min(trained, 8192))")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--linear-kernel", choices=["auto", "skinny", "torch"], default="auto",
                    help="CPU kernel for the models' linear layers: auto (time both, keep the faster), "

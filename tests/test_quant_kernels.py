@@ -23,8 +23,7 @@ ROWS_PER_MATRIX = 96  # enough rows for every chunk/thread split, small enough t
 
 def _zoo_tensors():
     """name -> gguf tensor, over the zoo's test-group GGUFs, first tensor of each type wins."""
-    from gguf import GGUFReader
-
+    from anypair.backends.gguf_file import GGUFFile
     from anypair.zoo.registry import ZOO_MODELS
     from anypair.zoo.served_gguf import gguf_file
 
@@ -33,9 +32,9 @@ def _zoo_tensors():
         if not model.in_test_group:
             continue
         path = gguf_file(model, progress=False)
-        for tensor in GGUFReader(str(path)).tensors:
-            if len(tensor.shape) == 2 and int(tensor.tensor_type) not in by_type and tensor.shape[0] % 256 == 0:
-                by_type[int(tensor.tensor_type)] = tensor
+        for tensor in GGUFFile(path).tensors.values():
+            if len(tensor.shape) == 2 and tensor.ggml_type not in by_type and tensor.shape[0] % 256 == 0:
+                by_type[tensor.ggml_type] = tensor
     return by_type
 
 
@@ -54,7 +53,7 @@ def real_matrices():
                                               np.ascontiguousarray(weight.data[:ROWS_PER_MATRIX]))
     # types no zoo file holds: real values (a Q4_K matrix's), quantized by gguf's own code
     source = found[int(GGMLQuantizationType.Q4_K)]
-    values = dequantize(np.asarray(source.data), source.tensor_type)[:ROWS_PER_MATRIX].astype(np.float32)
+    values = dequantize(source.data[:ROWS_PER_MATRIX], GGMLQuantizationType.Q4_K).astype(np.float32)
     for name in ("Q4_0", "Q4_1", "Q5_0", "Q8_0", "F16", "F32"):
         qtype = GGMLQuantizationType[name]
         if int(qtype) in matrices:

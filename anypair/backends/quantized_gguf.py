@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from anypair.backends.base import ModelBackend
+from anypair.backends.gguf_file import GGUFFile
 from anypair.errors import InputError
 
 logger = logging.getLogger("anypair")
@@ -56,29 +57,17 @@ class ModelShape:
     vocab: int
 
 
-def _metadata(reader, key: str, default=None):
-    field = reader.fields.get(key)
-    if field is None:
-        return default
-    value = field.parts[field.data[0]]
-    if field.types and field.types[0].name == "STRING":
-        return bytes(value).decode("utf-8")
-    return value.tolist()[0] if hasattr(value, "tolist") else value
-
-
 def gguf_architecture(path: Path) -> str:
     """The GGUF's `general.architecture` (reads the header only)."""
-    from gguf import GGUFReader
-
-    return str(_metadata(GGUFReader(str(path)), "general.architecture", "unknown"))
+    return GGUFFile(path).architecture
 
 
-def read_shape(reader, tensors: dict) -> ModelShape:
-    arch = str(_metadata(reader, "general.architecture", "unknown"))
+def read_shape(gguf: GGUFFile) -> ModelShape:
+    arch, tensors = gguf.architecture, gguf.tensors
     if arch not in ARCHITECTURES:
         raise InputError(f"the GGUF engine runs {', '.join(ARCHITECTURES)} models, not {arch!r}: "
                          "use engine='torch' (or 'llama.cpp')")
-    get = lambda key, default=None: _metadata(reader, f"{arch}.{key}", default)  # noqa: E731
+    get = lambda key, default=None: gguf.metadata.get(f"{arch}.{key}", default)  # noqa: E731
     hidden, heads = int(get("embedding_length")), int(get("attention.head_count"))
     return ModelShape(
         architecture=arch, layers=int(get("block_count")), hidden=hidden, heads=heads,
@@ -114,12 +103,11 @@ class _Layer:
 
 
 def _float_tensor(tensor) -> torch.Tensor:
-    """A small F32/F16 tensor of the file (norms, biases) as float32."""
-    values = np.asarray(tensor.data)
-    if int(tensor.tensor_type) not in (0, 1):
-        from gguf.quants import dequantize
+    """A small tensor of the file (norms, biases: F32 as a rule) as float32."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
 
-        values = dequantize(values, tensor.tensor_type)
+    values = dequantize(tensor.data, GGMLQuantizationType(tensor.ggml_type))
     return torch.from_numpy(np.array(values, dtype=np.float32).reshape(-1))
 
 
@@ -130,16 +118,14 @@ class QuantizedGGUFBackend(ModelBackend):
 
     def __init__(self, path: os.PathLike, *, name: str = "gguf", threads: Optional[int] = None,
                  context: Optional[int] = None) -> None:
-        from gguf import GGUFReader
-
         from anypair.kernels import LinearGroup, QuantWeight, load_library
 
         load_library()  # compile (or find in the cache) before reading the model: a missing compiler fails fast
         self.path = Path(path)
         self.name = name
-        reader = GGUFReader(str(self.path))  # memory-maps the file; tensors are views into it
-        tensors = {t.name: t for t in reader.tensors}
-        self.shape = shape = read_shape(reader, tensors)
+        gguf = GGUFFile(self.path)  # memory-maps the file; tensors are views into it
+        tensors = gguf.tensors
+        self.shape = shape = read_shape(gguf)
         self.vocab_size = shape.vocab
         self.max_context = min(shape.trained_context, context or DEFAULT_CONTEXT)
         self.threads = int(threads or torch.get_num_threads())
@@ -160,7 +146,7 @@ class QuantizedGGUFBackend(ModelBackend):
         self._k_cache = torch.zeros(cache_shape, dtype=torch.float16)
         self._v_cache = torch.zeros(cache_shape, dtype=torch.float16)
         self._length = 0
-        self._reader = reader  # keeps the memory map alive
+        self._gguf = gguf  # keeps the memory map alive
 
     # -- the ModelBackend interface ---------------------------------------------------------------
 

@@ -63,19 +63,18 @@ class QuantWeight:
 
     @classmethod
     def from_gguf_tensor(cls, tensor, bias: Optional[torch.Tensor] = None) -> "QuantWeight":
-        """From a gguf.GGUFReader tensor (ggml shape [K, N]): the blocks as they are in the file, or
-        for a type without a kernel its exact values widened to F32."""
+        """From a `backends.gguf_file.GGUFTensor` (ggml shape [K, N]): the blocks as they are in the
+        file, or for a type without a kernel its exact values widened to F32."""
         cols, rows = int(tensor.shape[0]), int(np.prod(tensor.shape[1:]))
-        ggml_type = int(tensor.tensor_type)
-        raw = np.asarray(tensor.data)
-        if ggml_type in NATIVE_TYPES:
-            data = raw.reshape(rows, -1).view(np.uint8)
-            return cls(ggml_type, rows, cols, data, bias, NATIVE_TYPES[ggml_type])
+        data = tensor.data.reshape(rows, -1)
+        if tensor.ggml_type in NATIVE_TYPES:
+            return cls(tensor.ggml_type, rows, cols, data, bias, NATIVE_TYPES[tensor.ggml_type])
+        from gguf import GGMLQuantizationType
         from gguf.quants import dequantize
 
-        values = np.ascontiguousarray(dequantize(raw, tensor.tensor_type).reshape(rows, cols).astype(np.float32))
-        return cls(_F32, rows, cols, values.view(np.uint8).reshape(rows, -1), bias,
-                   f"{tensor.tensor_type.name} as F32")
+        qtype = GGMLQuantizationType(tensor.ggml_type)
+        values = np.ascontiguousarray(dequantize(data, qtype).reshape(rows, cols).astype(np.float32))
+        return cls(_F32, rows, cols, values.view(np.uint8).reshape(rows, -1), bias, f"{qtype.name} as F32")
 
 
 class LinearGroup:
