@@ -78,5 +78,22 @@ def check_batch_invariance(backend: ModelBackend, prefix_ids: Sequence[int], pro
 
 def check_every_batch_size(backend: ModelBackend, prefix_ids: Sequence[int], probe_ids: Sequence[int]) -> list[InvarianceReport]:
     """The contract for each k = 1..len(probe_ids): the first k probe tokens scored together against
-    each scored alone (an engine may pick its kernels by row count, so every k is checked)."""
-    return [check_batch_invariance(backend, prefix_ids, list(probe_ids[:k])) for k in range(1, len(probe_ids) + 1)]
+    each scored alone (an engine may pick its kernels by row count, so every k is checked). The
+    prefix is filled once and the single-token run made once; each k then rolls back and scores."""
+    if not prefix_ids or not probe_ids:
+        raise ValueError("check_every_batch_size needs a non-empty prefix and probe")
+    backend.prefill(list(prefix_ids))
+    start = backend.cached_length
+    alone = torch.stack([backend.extend([token], all_logits=True)[-1].clone() for token in probe_ids])
+    reports = []
+    for k in range(1, len(probe_ids) + 1):
+        backend.crop(start)
+        together = backend.extend(list(probe_ids[:k]), all_logits=True)
+        n = min(together.shape[-1], alone.shape[-1])
+        first_k = alone[:k, :n]
+        reports.append(InvarianceReport(
+            k=k, max_abs_diff=float((together[:, :n] - first_k).abs().max()), max_abs_logit=float(first_k.abs().max()),
+            argmax_agrees=bool(torch.equal(together[:, :n].argmax(-1), first_k.argmax(-1))),
+            bitwise_required=backend.bitwise_batch_invariant))
+    backend.reset()
+    return reports

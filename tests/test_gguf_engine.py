@@ -1,0 +1,156 @@
+"""The GGUF engine on real models: bitwise batch invariance of the whole forward for k = 1..16 at
+short and long contexts (the contract a target must keep for exact verification), anypair's greedy
+output equal to this engine's own target-alone output, the engine choice, and bad files.
+
+Models: Qwen2.5-Coder-1.5B (the default target: Q4_K/Q6_K), Qwen2.5-Coder-0.5B (qwen2: Q5_0/Q8_0/
+Q4_K/Q6_K), SmolLM2-135M (llama architecture: Q4_1/Q8_0)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from anypair.backends.contract import check_every_batch_size
+from anypair.errors import InputError
+
+QWEN15 = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+QWEN05 = "Qwen/Qwen2.5-Coder-0.5B-Instruct"
+SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+PROMPTS = [
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "def merge_sorted(a, b):",
+    "Explain in two sentences what a hash table is.",
+]
+
+
+def _gguf(name: str):
+    from anypair.zoo.registry import ZOO_MODELS
+    from anypair.zoo.served_gguf import gguf_file
+
+    return gguf_file(ZOO_MODELS[name], progress=False)
+
+
+def _backend(name: str, context: int = 8192):
+    from anypair.backends.quantized_gguf import QuantizedGGUFBackend
+
+    return QuantizedGGUFBackend(_gguf(name), name=name, threads=2, context=context)
+
+
+def _real_text_ids(name: str, count: int) -> list[int]:
+    """`count` ids of real text, code from Python's standard library, in the model's own vocabulary."""
+    import inspect
+    import json.decoder
+    import textwrap
+
+    from anypair.generation.members import gguf_tokenizer
+
+    tokenizer, _ = gguf_tokenizer(name, _gguf(name))
+    text = "".join(inspect.getsource(module) for module in (json.decoder, textwrap, inspect))
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert len(ids) >= count
+    return ids[:count]
+
+
+@pytest.mark.parametrize("name,contexts", [(QWEN15, (16, 300)), (QWEN05, (16, 1000)), (SMOL, (16, 1000, 4000))])
+def test_whole_forward_is_bitwise_batch_invariant_for_k_1_to_16(name, contexts):
+    backend = _backend(name)
+    for context in contexts:
+        ids = _real_text_ids(name, context + 16)
+        reports = check_every_batch_size(backend, ids[:context], ids[context:])
+        assert [r.k for r in reports] == list(range(1, 17))
+        failing = [r.describe() for r in reports if not r.holds or r.max_abs_diff != 0.0]
+        assert not failing, f"{name} at context {context}: {failing}"
+
+
+def test_the_contract_tells_a_bitwise_engine_from_a_tolerant_one():
+    """The check can fail: a backend that perturbs batched rows by 1e-6 (fp32 noise, which the
+    tolerant contract accepts) fails when the engine promises identical bits."""
+    backend = _backend(SMOL, context=256)
+
+    class Perturbed(type(backend)):
+        def extend(self, ids, all_logits=False):
+            logits = super().extend(ids, all_logits)
+            return logits + 1e-6 * (len(ids) > 1)
+
+    backend.__class__ = Perturbed
+    ids = list(range(300, 340))
+    reports = check_every_batch_size(backend, ids[:30], ids[30:34])
+    assert reports[0].holds and not any(r.holds for r in reports[1:])
+    backend.bitwise_batch_invariant = False
+    assert all(r.holds for r in check_every_batch_size(backend, ids[:30], ids[30:34]))
+
+
+@pytest.fixture(scope="module")
+def default_pair_generator():
+    from anypair import AnyPairGenerator
+
+    return AnyPairGenerator(QWEN15, SMOL, threads=2)
+
+
+def test_the_default_target_runs_on_the_gguf_engine(default_pair_generator):
+    gen = default_pair_generator
+    assert gen.target.engine.engine == "gguf"
+    assert gen.target.engine.weights == "Q4_K/Q6_K"
+    assert "holds bitwise" in gen.target.invariance
+    assert gen.target.model is None  # no transformers model, no float copy of the weights
+    assert gen.target.weights_bytes < 1.15 * gen.target.gguf_path.stat().st_size
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_anypair_equals_the_gguf_target_alone_token_for_token(default_pair_generator, prompt):
+    gen = default_pair_generator
+    alone = gen.generate(messages=[{"role": "user", "content": prompt}], max_new_tokens=48, assisted=False)
+    assisted = gen.generate(messages=[{"role": "user", "content": prompt}], max_new_tokens=48)
+    assert assisted.token_ids == alone.token_ids
+    assert assisted.stats.rounds < len(alone.token_ids)  # the draft did propose and was accepted
+
+
+def test_a_llama_architecture_target_with_a_qwen_draft_is_exact(zoo_fetch):
+    """The other architecture as the target (SmolLM2, llama), drafted by a model of another vocabulary."""
+    from anypair import AnyPairGenerator
+
+    gen = AnyPairGenerator(SMOL, QWEN05, threads=2, draft_engine="gguf", num_draft_tokens=4, draft_length="constant")
+    assert gen.target.engine.engine == "gguf" and gen.draft.engine.engine == "gguf"
+    for prompt in ("def add(a, b):", "The three primary colours are"):
+        alone = gen.generate(prompt, max_new_tokens=32, assisted=False)
+        assert gen.generate(prompt, max_new_tokens=32).token_ids == alone.token_ids
+
+
+def test_engine_choice(zoo_fetch, tmp_path):
+    from anypair.generation.members import resolve_engine
+
+    assert resolve_engine(QWEN15, "auto", "target") == "gguf"
+    assert resolve_engine(QWEN05, "auto", "target") == "gguf"
+    assert resolve_engine(QWEN05, "auto", "target", weights="fp16") == "torch"  # torch's numerics on request
+    assert resolve_engine("google/gemma-3-270m", "auto", "target") == "torch"  # an architecture it does not run
+    with pytest.raises(InputError, match="weights"):
+        resolve_engine(QWEN05, "gguf", "target", weights="fp16")
+
+
+def test_bad_gguf_files_get_one_line_errors(tmp_path):
+    from anypair.backends.quantized_gguf import QuantizedGGUFBackend
+
+    source = _gguf(SMOL)
+    truncated = tmp_path / "half.gguf"
+    with open(source, "rb") as handle:
+        truncated.write_bytes(handle.read(source.stat().st_size // 2))
+    with pytest.raises(InputError, match="truncated"):
+        QuantizedGGUFBackend(truncated)
+    not_gguf = tmp_path / "text.gguf"
+    not_gguf.write_text("hello")
+    with pytest.raises(InputError, match="not a GGUF"):
+        QuantizedGGUFBackend(not_gguf)
+    with pytest.raises(InputError, match="no such file"):
+        QuantizedGGUFBackend(tmp_path / "nope.gguf")
+
+
+def test_context_and_token_ids_are_checked():
+    backend = _backend(SMOL, context=64)
+    backend.prefill(list(range(100, 160)))
+    with pytest.raises(InputError, match="context"):
+        backend.extend(list(range(10)))
+    with pytest.raises(InputError, match="out of range"):
+        backend.extend([backend.vocab_size])
+    backend.crop(10)
+    assert backend.cached_length == 10
+    assert torch.isfinite(backend.extend([5, 6, 7], all_logits=True)).all()
