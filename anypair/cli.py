@@ -117,9 +117,15 @@ def run_bench_cmd(args) -> int:
     if unknown or not drafters:
         raise InputError(f"unknown drafter(s) {unknown or repr(args.drafters)}: choose among model, lookup, hybrid")
     draft = None if drafters == ["lookup"] else args.assistant_model
+    try:
+        contexts = [int(c) for c in args.verify_contexts.split(",") if c.strip()]
+    except ValueError:
+        raise InputError(f"--verify-contexts takes comma-separated integers, got {args.verify_contexts!r}") from None
+    if any(c < 16 for c in contexts):
+        raise InputError(f"--verify-contexts: each context must be at least 16 tokens, got {contexts}")
     report = run_bench(args.model, draft, prompts, max_new_tokens=args.max_new_tokens, drafters=drafters,
                        compare_hf=args.compare_hf, compare_llama_cpp=not args.no_llama_cpp, chat=args.chat,
-                       repeats=args.repeats, **_generator_options(args))
+                       repeats=args.repeats, verify_contexts=contexts, **_generator_options(args))
     print(format_report(report))
     if args.json:
         save_json(report, args.json)
@@ -163,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-llama-cpp", action="store_true",
                    help="skip llama.cpp running the target's GGUF alone (run by default when the target has a GGUF)")
     b.add_argument("--repeats", type=int, default=1)
+    b.add_argument("--verify-contexts", default="",
+                   help="comma-separated context lengths (e.g. 300,1000,2000,4000) at which to time the target's "
+                        "k-token step beside llama.cpp's own k-token decode on the same GGUF")
     b.add_argument("--json", help="save every figure to this JSON file")
     b.set_defaults(func=run_bench_cmd)
     return parser

@@ -17,7 +17,6 @@ weights, so no row is moved.
 from __future__ import annotations
 
 import logging
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,25 +80,22 @@ def read_shape(gguf: GGUFFile) -> ModelShape:
     )
 
 
-class _Layer:
-    def __init__(self, index: int, tensors: dict) -> None:
-        from anypair.kernels import LinearGroup, QuantWeight
+def _decoder_layer(index: int, tensors: dict, cache_shape: tuple[int, ...]):
+    from anypair.kernels import QuantWeight
+    from anypair.kernels.ops import DecoderLayer
 
-        def weight(name: str) -> "QuantWeight":
-            bias = tensors.get(f"blk.{index}.{name}.bias")
-            return QuantWeight.from_gguf_tensor(tensors[f"blk.{index}.{name}.weight"],
-                                                None if bias is None else _float_tensor(bias))
+    def weight(name: str) -> QuantWeight:
+        bias = tensors.get(f"blk.{index}.{name}.bias")
+        return QuantWeight.from_gguf_tensor(tensors[f"blk.{index}.{name}.weight"],
+                                            None if bias is None else _float_tensor(bias))
 
-        self.attn_norm = _float_tensor(tensors[f"blk.{index}.attn_norm.weight"])
-        self.ffn_norm = _float_tensor(tensors[f"blk.{index}.ffn_norm.weight"])
-        self.qkv = LinearGroup([weight("attn_q"), weight("attn_k"), weight("attn_v")])
-        self.attn_out = LinearGroup([weight("attn_output")])
-        self.gate_up = LinearGroup([weight("ffn_gate"), weight("ffn_up")])
-        self.down = LinearGroup([weight("ffn_down")])
-
-    @property
-    def groups(self):
-        return (self.qkv, self.attn_out, self.gate_up, self.down)
+    # zero pages are mapped lazily: an unused long context costs address space, not memory
+    return DecoderLayer(
+        attn_norm=_float_tensor(tensors[f"blk.{index}.attn_norm.weight"]),
+        ffn_norm=_float_tensor(tensors[f"blk.{index}.ffn_norm.weight"]),
+        q=weight("attn_q"), k=weight("attn_k"), v=weight("attn_v"), attn_out=weight("attn_output"),
+        gate=weight("ffn_gate"), up=weight("ffn_up"), down=weight("ffn_down"),
+        k_cache=torch.zeros(cache_shape, dtype=torch.float16), v_cache=torch.zeros(cache_shape, dtype=torch.float16))
 
 
 def _float_tensor(tensor) -> torch.Tensor:
@@ -119,6 +115,7 @@ class QuantizedGGUFBackend(ModelBackend):
     def __init__(self, path: os.PathLike, *, name: str = "gguf", threads: Optional[int] = None,
                  context: Optional[int] = None) -> None:
         from anypair.kernels import LinearGroup, QuantWeight, load_library
+        from anypair.kernels.ops import LayerStack
 
         load_library()  # compile (or find in the cache) before reading the model: a missing compiler fails fast
         self.path = Path(path)
@@ -134,19 +131,27 @@ class QuantizedGGUFBackend(ModelBackend):
         self.head = LinearGroup([self.embedding if output is tensors["token_embd.weight"]
                                  else QuantWeight.from_gguf_tensor(output)])
         self.output_norm = _float_tensor(tensors["output_norm.weight"])
-        self.layers = [_Layer(i, tensors) for i in range(shape.layers)]
+        cache_shape = (shape.kv_heads, self.max_context, shape.head_dim)
+        self.layers = [_decoder_layer(i, tensors, cache_shape) for i in range(shape.layers)]
         self.num_layers = shape.layers
-        self.weight_types = sorted({w.type_name for layer in self.layers for g in layer.groups for w in g.weights}
-                                   | {w.type_name for w in self.head.weights})
-        self.weights_bytes = sum(w.nbytes for layer in self.layers for g in layer.groups for w in g.weights) \
-            + sum(w.nbytes for w in self.head.weights if w is not self.embedding) + self.embedding.nbytes
-        self._rope_cos, self._rope_sin = self._rope_tables()
-        cache_shape = (shape.layers, shape.kv_heads, self.max_context, shape.head_dim)
-        # zero pages are mapped lazily: an unused long context costs address space, not memory
-        self._k_cache = torch.zeros(cache_shape, dtype=torch.float16)
-        self._v_cache = torch.zeros(cache_shape, dtype=torch.float16)
+        matrices = [w for layer in self.layers for w in layer.matrices]
+        self.weight_types = sorted({w.type_name for w in matrices} | {w.type_name for w in self.head.weights})
+        self.weights_bytes = sum(w.nbytes for w in matrices) + self.embedding.nbytes \
+            + sum(w.nbytes for w in self.head.weights if w is not self.embedding)
+        cos, sin = self._rope_tables()
+        self.stack = LayerStack(self.layers, hidden=shape.hidden, heads=shape.heads, kv_heads=shape.kv_heads,
+                                head_dim=shape.head_dim, rms_eps=shape.rms_eps, rope_cos=cos, rope_sin=sin,
+                                rope_halves=shape.rope_pairs == "halves")
         self._length = 0
         self._gguf = gguf  # keeps the memory map alive
+
+    def _rope_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of every position's rotary angles [max_context, head_dim / 2], in float64 then
+        rounded once (the table is the engine's definition; only its consistency matters)."""
+        dim = self.shape.head_dim
+        inv_freq = self.shape.rope_base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+        angles = torch.arange(self.max_context, dtype=torch.float64)[:, None] * inv_freq[None, :]
+        return angles.cos().float(), angles.sin().float()
 
     # -- the ModelBackend interface ---------------------------------------------------------------
 
@@ -183,49 +188,17 @@ class QuantizedGGUFBackend(ModelBackend):
 
     # -- the forward --------------------------------------------------------------------------------
 
-    def _rope_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
-        dim = self.shape.head_dim
-        inv_freq = self.shape.rope_base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
-        angles = torch.arange(self.max_context, dtype=torch.float64)[:, None] * inv_freq[None, :]
-        return angles.cos().float(), angles.sin().float()
-
-    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """Rotary position embedding on [M, heads, D]; elementwise, so exact whatever M is."""
-        if self.shape.rope_pairs == "halves":
-            half = x.shape[-1] // 2
-            first, second = x[..., :half], x[..., half:]
-            return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
-        first, second = x[..., 0::2], x[..., 1::2]
-        return torch.stack((first * cos - second * sin, second * cos + first * sin), dim=-1).flatten(-2)
-
     @torch.inference_mode()
     def _forward(self, ids: list[int], all_logits: Optional[bool]) -> Optional[torch.Tensor]:
-        from anypair.kernels import attention, dequant_rows, rmsnorm, silu_mul
+        from anypair.kernels import dequant_rows, rmsnorm
 
-        shape, threads = self.shape, self.threads
-        start, rows = self._length, len(ids)
-        end = start + rows
-        cos = self._rope_cos[start:end, None, :]
-        sin = self._rope_sin[start:end, None, :]
-        scale = 1.0 / math.sqrt(shape.head_dim)
-        x = dequant_rows(self.embedding, ids)
-        for index, layer in enumerate(self.layers):
-            h = rmsnorm(x, layer.attn_norm, shape.rms_eps)
-            q, k, v = layer.qkv(h, threads)
-            q = self._rotate(q.view(rows, shape.heads, shape.head_dim), cos, sin)
-            k = self._rotate(k.view(rows, shape.kv_heads, shape.head_dim), cos, sin)
-            self._k_cache[index, :, start:end] = k.transpose(0, 1)
-            self._v_cache[index, :, start:end] = v.view(rows, shape.kv_heads, shape.head_dim).transpose(0, 1)
-            mixed = attention(q, self._k_cache[index], self._v_cache[index], start, scale, threads=threads)
-            x = x + layer.attn_out(mixed, threads)[0]
-            h = rmsnorm(x, layer.ffn_norm, shape.rms_eps)
-            gate, up = layer.gate_up(h, threads)
-            x = x + layer.down(silu_mul(gate, up), threads)[0]
-        self._length = end
+        start = self._length
+        x = self.stack(dequant_rows(self.embedding, ids), start, self.threads)
+        self._length = start + len(ids)
         if all_logits is None:  # a prefill chunk before the last: only the cache matters
             return None
         last = x if all_logits else x[-1:]
-        logits = self.head(rmsnorm(last.contiguous(), self.output_norm, shape.rms_eps), threads)[0]
+        logits = self.head(rmsnorm(last.contiguous(), self.output_norm, self.shape.rms_eps), self.threads)[0]
         return logits if all_logits else logits[0]
 
     def describe(self) -> str:

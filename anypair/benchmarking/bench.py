@@ -35,9 +35,27 @@ def llama_cpp_alone(target_spec: str, target: LoadedModel, threads: int) -> Opti
     return LlamaCppAloneMethod("llama.cpp-alone", gguf, target, threads)
 
 
+def verification_table(target_spec: str, target: LoadedModel, text_ids: Sequence[int], contexts: Sequence[int],
+                       threads: int) -> dict:
+    """The target's k-token step at each context, beside llama.cpp's own k-token decode on the same
+    GGUF when the target has one: {context: {engine: {k: ms}}} (JSON keys are strings)."""
+    from anypair.backends.llama_cpp import LlamaCppBackend, llama_cpp_available
+    from anypair.benchmarking.costs import verification_costs_by_context
+    from anypair.generation.members import gguf_of
+
+    backends = {f"target ({target.engine.engine})": target.backend}
+    gguf = gguf_of(target_spec)
+    if gguf is not None and gguf.is_file() and llama_cpp_available() and target.engine.engine != "llama.cpp":
+        backends["llama.cpp"] = LlamaCppBackend(gguf, name="llama.cpp", threads=threads, context=max(contexts) + 64)
+    table = verification_costs_by_context(backends, text_ids, contexts)
+    return {str(c): {name: {str(k): round(v, 1) for k, v in costs.items()} for name, costs in row.items()}
+            for c, row in table.items()}
+
+
 def run_bench(target: str, draft: Optional[str], prompts: Sequence[str], *, max_new_tokens: int = 128,
               drafters: Sequence[str] = ("model",), compare_hf: bool = False, compare_llama_cpp: bool = True,
-              chat: bool = False, repeats: int = 1, progress: bool = True, **options) -> BenchReport:
+              chat: bool = False, repeats: int = 1, progress: bool = True,
+              verify_contexts: Sequence[int] = (), **options) -> BenchReport:
     """Per prompt: the target alone first, then anypair with each drafter, transformers' UAG and
     llama.cpp alone in a rotating order. `options` go to AnyPairGenerator (weights, engines, ...)."""
     from anypair.generation.generator import AnyPairGenerator
@@ -54,6 +72,9 @@ def run_bench(target: str, draft: Optional[str], prompts: Sequence[str], *, max_
     # the verification-cost table: what scoring k tokens in one pass costs, for the chosen engines
     probe = bench_prompts[0].target_ids(gen.target.hf_tokenizer)
     report.settings["verify_ms"] = {str(k): round(v, 1) for k, v in verification_costs(gen.target.backend, probe).items()}
+    if verify_contexts:
+        text_ids = [i for p in bench_prompts for i in p.target_ids(gen.target.hf_tokenizer)]
+        report.settings["verify_ms_by_context"] = verification_table(target, gen.target, text_ids, verify_contexts, threads)
     if gen.draft is not None:
         report.settings["draft_step_ms"] = round(draft_step_ms(gen.draft.backend, gen.draft.render(prompts[0], None)), 2)
 

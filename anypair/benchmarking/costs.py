@@ -29,6 +29,17 @@ def verification_costs(backend: ModelBackend, prompt_ids: Sequence[int],
     return costs
 
 
+def verification_costs_by_context(backends: dict, text_ids: Sequence[int], contexts: Sequence[int],
+                                  ks: Sequence[int] = (1, 2, 4, 8, 16), repeats: int = 5) -> dict:
+    """{context: {engine name: {k: ms}}}: each backend scores k tokens after the same `context` ids
+    (real text, repeated as needed), engines interleaved per context so drift falls on both."""
+    table: dict = {}
+    for context in contexts:
+        prompt = (list(text_ids) * (context // max(len(text_ids), 1) + 1))[:context]
+        table[context] = {name: verification_costs(backend, prompt, ks, repeats) for name, backend in backends.items()}
+    return table
+
+
 def draft_step_ms(backend: ModelBackend, prompt_ids: Sequence[int], steps: int = 16) -> float:
     """Median ms of one single-token draft step after `prompt_ids`."""
     backend.prefill(list(prompt_ids))

@@ -55,6 +55,12 @@ class BenchReport:
     settings: dict
     runs: list[RunFigures] = field(default_factory=list)
 
+    def draft_share(self, method: str) -> Optional[float]:
+        """Median over runs of drafting / (drafting + verifying) time; None without draft time."""
+        shares = [r.draft_ms / (r.draft_ms + r.verify_ms) for r in self.runs
+                  if r.method == method and r.draft_ms + r.verify_ms > 0 and r.draft_ms > 0]
+        return statistics.median(shares) if shares else None
+
     def median(self, method: str, attr: str) -> float:
         values = [getattr(r, attr) for r in self.runs if r.method == method and getattr(r, attr) is not None]
         return statistics.median(values) if values else float("nan")
@@ -122,7 +128,35 @@ def format_report(report: BenchReport) -> str:
         step = report.settings.get("draft_step_ms")
         if step is not None:
             console.print(f"draft step {step:.1f} ms = {100 * step / one:.1f}% of a single-token target step")
+    by_context = report.settings.get("verify_ms_by_context")
+    if by_context:
+        console.print(verification_context_table(by_context))
+    shares = {m: report.draft_share(m) for m in methods if m != BASELINE}
+    shares = {m: v for m, v in shares.items() if v is not None}
+    if shares:
+        console.print("draft's share of a round (drafting / (drafting + verifying), median per prompt): "
+                      + ", ".join(f"{m} {100 * v:.0f}%" for m, v in shares.items()))
     return buf.getvalue()
+
+
+def verification_context_table(by_context: dict):
+    """ms to score k tokens after a cached context, per engine, with the two ratios that matter:
+    the target's k=1 against llama.cpp's k=1, and each k against the engine's own k=1."""
+    from rich.table import Table
+
+    first = next(iter(by_context.values()))
+    ks = list(next(iter(first.values())))
+    table = Table(title="k-token step after a cached context (ms, median)")
+    for column in ("context", "engine", *(f"k={k}" for k in ks), "k=4 / own k=1", "k=1 / llama.cpp k=1"):
+        table.add_column(column, justify="right")
+    for context, engines in by_context.items():
+        llama = engines.get("llama.cpp", {}).get("1")
+        for name, costs in engines.items():
+            own = costs.get("1")
+            table.add_row(context, name, *(f"{costs[k]:.1f}" for k in ks),
+                          f"{costs['4'] / own:.2f}" if "4" in costs and own else "",
+                          f"{own / llama:.2f}" if llama and own else "")
+    return table
 
 
 def save_json(report: BenchReport, path: str) -> None:

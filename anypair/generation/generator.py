@@ -209,8 +209,11 @@ class AnyPairGenerator:
 
     def _verify_slope(self) -> float:
         """What each extra token scored in one pass adds to a target step, as a share of the step.
-        Measured here: ~0.22 on a CPU in fp32; fp16-weight fbgemm, bf16 and GPUs score 2-4 tokens
-        for about the price of one."""
+        Measured here: ~0.22 on a CPU in fp32, ~0.2-0.3 on the GGUF engine (int8 dot products are
+        compute-bound past one row on AVX2: k=4 costs 1.5-1.9x k=1); fp16-weight fbgemm, bf16 and
+        GPUs score 2-4 tokens for about the price of one."""
+        if self.target.engine.engine == "gguf":
+            return 0.25
         return 0.22 if self.target.engine.weights == "fp32" and self.options.device == "cpu" else 0.05
 
     def _model_draft_costs(self) -> Optional[StepCosts]:

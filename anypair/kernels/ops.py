@@ -138,3 +138,75 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, sta
     if status != 0:
         raise RuntimeError("ap_attention: bad shapes (heads not a multiple of KV heads, D % 8, or past the cache)")
     return out
+
+
+# -- the whole layer stack in one call (csrc/forward.c) --------------------------------------------
+
+class _ApModel(ctypes.Structure):
+    _fields_ = [("hidden", ctypes.c_int), ("heads", ctypes.c_int), ("kv_heads", ctypes.c_int),
+                ("head_dim", ctypes.c_int), ("ffn", ctypes.c_int), ("max_len", ctypes.c_int),
+                ("rope_halves", ctypes.c_int), ("rms_eps", ctypes.c_float), ("attn_scale", ctypes.c_float),
+                ("rope_cos", ctypes.c_void_p), ("rope_sin", ctypes.c_void_p)]
+
+
+class _ApLayer(ctypes.Structure):
+    _fields_ = [("attn_norm", ctypes.c_void_p), ("ffn_norm", ctypes.c_void_p), ("qkv", _ApWeight * 3),
+                ("attn_out", _ApWeight), ("gate_up", _ApWeight * 2), ("down", _ApWeight),
+                ("k_cache", ctypes.c_void_p), ("v_cache", ctypes.c_void_p)]
+
+
+@dataclass
+class DecoderLayer:
+    """One llama/qwen2 decoder layer: its norms, its matrices as GGUF blocks, its KV cache."""
+
+    attn_norm: torch.Tensor
+    ffn_norm: torch.Tensor
+    q: QuantWeight
+    k: QuantWeight
+    v: QuantWeight
+    attn_out: QuantWeight
+    gate: QuantWeight
+    up: QuantWeight
+    down: QuantWeight
+    k_cache: torch.Tensor  # [kv_heads, max_len, head_dim] float16
+    v_cache: torch.Tensor
+
+    @property
+    def matrices(self) -> list[QuantWeight]:
+        return [self.q, self.k, self.v, self.attn_out, self.gate, self.up, self.down]
+
+
+class LayerStack:
+    """Every decoder layer of a model run by one C call per forward (csrc/forward.c)."""
+
+    def __init__(self, layers: Sequence[DecoderLayer], *, hidden: int, heads: int, kv_heads: int, head_dim: int,
+                 rms_eps: float, rope_cos: torch.Tensor, rope_sin: torch.Tensor, rope_halves: bool) -> None:
+        self.layers = list(layers)
+        self.hidden = hidden
+        self._tables = (rope_cos.contiguous(), rope_sin.contiguous())
+        max_len = rope_cos.shape[0]
+        self._model = _ApModel(hidden, heads, kv_heads, head_dim, layers[0].gate.rows, max_len, int(rope_halves),
+                               rms_eps, 1.0 / head_dim ** 0.5, self._tables[0].data_ptr(), self._tables[1].data_ptr())
+        structs = []
+        for layer in self.layers:
+            for norm in (layer.attn_norm, layer.ffn_norm):
+                assert norm.is_contiguous() and norm.dtype == torch.float32
+            structs.append(_ApLayer(layer.attn_norm.data_ptr(), layer.ffn_norm.data_ptr(),
+                                    (_ApWeight * 3)(layer.q._struct, layer.k._struct, layer.v._struct),
+                                    layer.attn_out._struct, (_ApWeight * 2)(layer.gate._struct, layer.up._struct),
+                                    layer.down._struct, layer.k_cache.data_ptr(), layer.v_cache.data_ptr()))
+        self._layers = (_ApLayer * len(structs))(*structs)
+        self._lib = load_library()
+        self._lib.ap_layers_forward.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                                                ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        self._lib.ap_layers_forward.restype = ctypes.c_int
+
+    def __call__(self, x: torch.Tensor, start: int, threads: int = 0, use_reference: bool = False) -> torch.Tensor:
+        """x [M, hidden] float32, the rows at positions start..start+M-1, updated in place and returned."""
+        x = x.contiguous()
+        status = self._lib.ap_layers_forward(ctypes.addressof(self._model), ctypes.addressof(self._layers),
+                                             len(self.layers), x.data_ptr(), start, x.shape[0], threads,
+                                             int(use_reference))
+        if status != 0:
+            raise RuntimeError(f"ap_layers_forward failed ({status}): past the cache, or out of memory")
+        return x

@@ -1,0 +1,85 @@
+// The transformer layers of a llama/qwen2 step in one call: no Python between the kernels.
+//
+// gpt-fast's forward, in C: rows x[M][hidden] at positions start..start+M-1 go through every layer
+// (RMSNorm, q/k/v with biases, rotary, KV written by position into fp16 caches, attention, output
+// projection, SwiGLU MLP, residuals). Each step is one of the batch-invariant kernels of this
+// folder or an elementwise operation, so the whole stack keeps their guarantee: a row's result is
+// bitwise the same whatever M is.
+#include <stdlib.h>
+
+#include "ap_common.h"
+
+int ap_linear(const ap_weight *ws, int nw, const float *x, int M, int K, float *const *ys, int nthreads, int use_ref);
+void ap_rmsnorm(const float *x, const float *w, int M, int n, float eps, float *y, int use_ref);
+void ap_silu_mul(float *gate, const float *up, long n, int use_ref);
+int ap_attention(const float *q, const uint16_t *k_cache, const uint16_t *v_cache, int L_max, int start, int M,
+                 int Hq, int Hkv, int D, float scale, int window, float *out, int nthreads, int use_ref);
+
+typedef struct {
+    int hidden, heads, kv_heads, head_dim, ffn, max_len;
+    int rope_halves;  // 1: NeoX pairs (i, i + D/2) as qwen2; 0: adjacent pairs (2i, 2i + 1) as llama in GGUF
+    float rms_eps, attn_scale;
+    const float *rope_cos, *rope_sin;  // [max_len][D/2]
+} ap_model;
+
+typedef struct {
+    const float *attn_norm, *ffn_norm;
+    ap_weight qkv[3], attn_out, gate_up[2], down;
+    uint16_t *k_cache, *v_cache;  // [kv_heads][max_len][head_dim] fp16
+} ap_layer;
+
+static void rotate(float *x, int heads, const ap_model *m, int pos) {
+    const int D = m->head_dim, half = D / 2;
+    const float *c = m->rope_cos + (size_t)pos * half, *s = m->rope_sin + (size_t)pos * half;
+    for (int h = 0; h < heads; h++) {
+        float *v = x + (size_t)h * D;
+        for (int i = 0; i < half; i++) {
+            const int ia = m->rope_halves ? i : 2 * i, ib = m->rope_halves ? i + half : 2 * i + 1;
+            const float a = v[ia], b = v[ib];
+            v[ia] = a * c[i] - b * s[i];
+            v[ib] = b * c[i] + a * s[i];
+        }
+    }
+}
+
+// Returns 0, -1 for bad arguments, -2 when out of memory.
+int ap_layers_forward(const ap_model *m, const ap_layer *layers, int n_layers, float *x, int start, int M, int nthreads,
+                      int use_ref) {
+    if (M <= 0 || start < 0 || start + M > m->max_len) return -1;
+    const int E = m->hidden, Hq = m->heads, Hkv = m->kv_heads, D = m->head_dim, F = m->ffn;
+    float *h = malloc(sizeof(float) * (size_t)M * E), *q = malloc(sizeof(float) * (size_t)M * Hq * D);
+    float *k = malloc(sizeof(float) * (size_t)M * Hkv * D), *v = malloc(sizeof(float) * (size_t)M * Hkv * D);
+    float *att = malloc(sizeof(float) * (size_t)M * Hq * D), *tmp = malloc(sizeof(float) * (size_t)M * E);
+    float *gate = malloc(sizeof(float) * (size_t)M * F), *up = malloc(sizeof(float) * (size_t)M * F);
+    int status = (h && q && k && v && att && tmp && gate && up) ? 0 : -2;
+    for (int l = 0; l < n_layers && status == 0; l++) {
+        const ap_layer *L = &layers[l];
+        ap_rmsnorm(x, L->attn_norm, M, E, m->rms_eps, h, use_ref);
+        float *qkv_out[3] = {q, k, v};
+        if ((status = ap_linear(L->qkv, 3, h, M, E, qkv_out, nthreads, use_ref)) != 0) break;
+        for (int r = 0; r < M; r++) {
+            rotate(q + (size_t)r * Hq * D, Hq, m, start + r);
+            rotate(k + (size_t)r * Hkv * D, Hkv, m, start + r);
+            for (int kh = 0; kh < Hkv; kh++) {  // the cache, written by position
+                uint16_t *kc = L->k_cache + ((size_t)kh * m->max_len + start + r) * D;
+                uint16_t *vc = L->v_cache + ((size_t)kh * m->max_len + start + r) * D;
+                const float *ks = k + ((size_t)r * Hkv + kh) * D, *vs = v + ((size_t)r * Hkv + kh) * D;
+                for (int i = 0; i < D; i++) { kc[i] = ap_f2h(ks[i]); vc[i] = ap_f2h(vs[i]); }
+            }
+        }
+        if ((status = ap_attention(q, L->k_cache, L->v_cache, m->max_len, start, M, Hq, Hkv, D, m->attn_scale, 0, att,
+                                   nthreads, use_ref)) != 0) break;
+        float *o_out[1] = {tmp};
+        if ((status = ap_linear(&L->attn_out, 1, att, M, Hq * D, o_out, nthreads, use_ref)) != 0) break;
+        for (size_t i = 0; i < (size_t)M * E; i++) x[i] = x[i] + tmp[i];
+        ap_rmsnorm(x, L->ffn_norm, M, E, m->rms_eps, h, use_ref);
+        float *gu_out[2] = {gate, up};
+        if ((status = ap_linear(L->gate_up, 2, h, M, E, gu_out, nthreads, use_ref)) != 0) break;
+        ap_silu_mul(gate, up, (long)M * F, use_ref);
+        float *down_out[1] = {tmp};
+        if ((status = ap_linear(&L->down, 1, gate, M, F, down_out, nthreads, use_ref)) != 0) break;
+        for (size_t i = 0; i < (size_t)M * E; i++) x[i] = x[i] + tmp[i];
+    }
+    free(h); free(q); free(k); free(v); free(att); free(tmp); free(gate); free(up);
+    return status;
+}
