@@ -67,10 +67,10 @@ def test_auto_falls_back_when_a_format_fails_the_contract(zoo_fetch, monkeypatch
     from anypair.backends import weights
 
     monkeypatch.setattr(weights, "candidate_weights", lambda device: ["fp16", "fp32"])
-    member = members.load_member(SMOL, role="target", weights="auto")
+    member = members.load_member(SMOL, role="target", engine="torch", weights="auto")
     assert member.engine.weights == "fp32"
     with pytest.raises(BackendError, match="batch-invariance"):
-        members.load_member(SMOL, role="target", weights="fp16")
+        members.load_member(SMOL, role="target", engine="torch", weights="fp16")
 
 
 @pytest.mark.slow
@@ -156,7 +156,7 @@ def test_auto_runs_a_zoo_draft_on_llama_cpp(zoo_fetch):
     from anypair.generation.members import resolve_engine
 
     assert resolve_engine(SMOL, "auto", "draft") == "llama.cpp"
-    assert resolve_engine(SMOL, "auto", "target") == "torch"
+    assert resolve_engine(SMOL, "auto", "target") == "gguf"  # a GGUF-sourced target: anypair's exact engine
     with pytest.raises(InputError, match="GGUF"):
         resolve_engine("/tmp/model.gguf", "torch", "target")
 
@@ -169,7 +169,7 @@ def test_gguf_target_on_llama_cpp_with_a_draft_of_another_vocabulary(zoo_fetch, 
 
     gguf = gguf_of(QWEN05)
     # a constant length: the adaptive policy may (rightly) stop drafting on a loaded CI machine
-    gen = AnyPairGenerator(str(gguf), smol_llama, draft_length="constant", num_draft_tokens=4)
+    gen = AnyPairGenerator(str(gguf), smol_llama, engine="llama.cpp", draft_length="constant", num_draft_tokens=4)
     assert gen.target.engine.engine == "llama.cpp"
     alone = gen.generate(CODE, max_new_tokens=24, assisted=False)
     assisted = gen.generate(CODE, max_new_tokens=24)

@@ -84,7 +84,14 @@ def run_bench(target: str, draft: Optional[str], prompts: Sequence[str], *, max_
         generator = gen if name == drafters[0] else AnyPairGenerator(gen.target, gen.draft, drafter=name, **options)
         methods.append(AnyPairMethod(f"anypair-{name}", generator, assisted=True, draft_name=draft or ""))
     if compare_hf and draft is not None:
-        methods.append(TransformersMethod("hf-uag", gen.target, TorchAssistant.load(draft)))
+        # transformers' generate drives a torch model: a target on another engine (the GGUF engine, the
+        # default) gets a torch copy of its own for UAG (its numerics differ, so its "same" column may too)
+        hf_target = gen.target
+        if gen.target.engine.engine != "torch":
+            from anypair.generation.members import load_member
+
+            hf_target = load_member(target, role="target", engine="torch")
+        methods.append(TransformersMethod("hf-uag", hf_target, TorchAssistant.load(draft)))
     alone = llama_cpp_alone(target, gen.target, threads) if compare_llama_cpp else None
     if alone is not None:
         methods.append(alone)
