@@ -136,16 +136,20 @@ def gguf_of(spec: ModelSpec) -> Optional[Path]:
     return None
 
 
-def _zoo_gguf(name: str, path: Path) -> Path:
-    """Make sure a zoo model's GGUF is on disk (fetching it if the cache was cleaned)."""
+def _checked_gguf(name: str, path: Path) -> Path:
+    """A zoo model's GGUF, checked against its recorded stamp (fetched again if missing or damaged);
+    any other GGUF, checked to exist and to hold the tensor data its header promises."""
     from anypair.zoo.registry import ZOO_MODELS
 
     model = ZOO_MODELS.get(name)
     if model is None:
-        return path
-    from anypair.zoo.gguf_assembly import assemble_gguf, has_gguf
+        from anypair.zoo.integrity import check_gguf_complete
 
-    return path if has_gguf(model) else assemble_gguf(model)
+        check_gguf_complete(path)
+        return path
+    from anypair.zoo.gguf_assembly import assemble_gguf, gguf_is_intact
+
+    return path if gguf_is_intact(model) else assemble_gguf(model)
 
 
 def resolve_engine(spec: ModelSpec, engine: str, role: str) -> str:
@@ -201,7 +205,7 @@ def load_llama_cpp_member(spec: ModelSpec, *, role: str, threads: Optional[int],
     if gguf is None:
         raise InputError(f"{spec} has no GGUF file for the llama.cpp engine: give a .gguf path, a zoo model, "
                          "or use engine='torch'")
-    gguf = _zoo_gguf(str(spec), gguf)
+    gguf = _checked_gguf(str(spec), gguf)
     tokenizer, generation = _llama_cpp_tokenizer(spec, gguf)
     backend = LlamaCppBackend(gguf, name=f"{role} {spec}", threads=threads, context=context)
     return member_from_backend(backend, tokenizer, role=role, name=str(spec),

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from anypair.errors import FetchError
-from anypair.zoo.integrity import sha256_of
+from anypair.zoo.integrity import file_stamp, sha256_of
 from anypair.zoo.paths import COMPLETE_MARKER, models_dir, scratch_dir
 from anypair.zoo.registry import ModelAsset
 
@@ -37,8 +37,10 @@ class ConversionRecord:
     vocab_rows: int
     tokenizer_length: int
     has_chat_template: bool
-    #: SHA-256 of every file written, for `anypair fetch --verify`
+    #: SHA-256 of every file written: checked before use (see file_stamps) and by `anypair fetch --verify`
     file_sha256: dict[str, str] = field(default_factory=dict)
+    #: [size, mtime ns] of every file written: a file whose stamp changed is hashed again before it is used
+    file_stamps: dict[str, list[int]] = field(default_factory=dict)
 
 
 def converted_dir(model: ModelAsset) -> Path:
@@ -172,6 +174,7 @@ def convert_gguf(model: ModelAsset, gguf: Path, *, tokenizer_json: Path | None, 
             transformers_version=transformers.__version__, seconds=round(time.perf_counter() - started, 1),
             vocab_rows=vocab_rows, tokenizer_length=tokenizer_length, has_chat_template=has_template,
             file_sha256={path.name: sha256_of(path) for path in sorted(scratch.iterdir()) if path.is_file()},
+            file_stamps={path.name: file_stamp(path) for path in sorted(scratch.iterdir()) if path.is_file()},
         )
         (scratch / COMPLETE_MARKER).write_text(json.dumps(asdict(record), indent=2) + "\n")
         target = converted_dir(model)

@@ -57,6 +57,10 @@ class _HeaderOverrun(Exception):
     """The header claims more bytes than the file has."""
 
 
+class _NotGguf(ValueError):
+    """The file does not start with GGUF's magic bytes."""
+
+
 class _Reader:
     """Little-endian reads from a memory-mapped GGUF header, each checked against the file's end."""
 
@@ -102,7 +106,7 @@ def _skip_value(reader: _Reader, value_type: int, scalar_sizes: dict[int, int], 
 
 def gguf_data_end(path: Path) -> int:
     """The byte where the last tensor's data ends, as the GGUF header says (ValueError: the header is
-    not a GGUF header, or is corrupt; _HeaderOverrun: the header itself runs past the file's end)."""
+    not a GGUF header (_NotGguf), or is corrupt; _HeaderOverrun: the header itself runs past the file's end)."""
     from gguf.constants import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType, GGUFValueType
 
     scalar_sizes = {GGUFValueType.UINT8: 1, GGUFValueType.INT8: 1, GGUFValueType.BOOL: 1, GGUFValueType.UINT16: 2,
@@ -113,7 +117,7 @@ def gguf_data_end(path: Path) -> int:
     with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
         reader = _Reader(data)
         if reader.take("<I") != GGUF_MAGIC:
-            raise ValueError("not a GGUF file (it does not start with the bytes 'GGUF')")
+            raise _NotGguf("it does not start with the bytes 'GGUF'")
         version = reader.take("<I")
         if version not in (2, 3):
             raise ValueError(f"GGUF version {version} is not one anypair reads (2 or 3)")
@@ -152,16 +156,18 @@ def check_gguf_complete(path: str | os.PathLike) -> None:
     path = Path(path)
     advice = "download it again (a zoo model's: `anypair fetch --verify NAME`)"
     if not path.is_file():
-        raise DamagedFileError(f"no such file: {path}" if not path.exists() else f"{path} is not a file")
+        raise DamagedFileError(f"no such file: {path}; give the path of an existing .gguf file" if not path.exists()
+                               else f"{path} is not a file; give the path of a .gguf file")
     size = path.stat().st_size
     try:
         end = gguf_data_end(path) if size else 0
     except _HeaderOverrun:
         raise DamagedFileError(f"{path} is truncated or corrupt: its GGUF header runs past the end of the file "
                                f"({size} bytes); {advice}") from None
+    except _NotGguf as error:
+        raise DamagedFileError(f"{path} is not a GGUF file ({error}); give a .gguf model file") from None
     except ValueError as error:
-        raise DamagedFileError(f"{path} is not a usable GGUF file: {error}; give a .gguf model file, or "
-                               f"{advice}") from None
+        raise DamagedFileError(f"{path} is a corrupt GGUF file ({error}); {advice}") from None
     if size == 0:
         raise DamagedFileError(f"{path} is empty, not a GGUF file; {advice}")
     if size < end:
