@@ -6,6 +6,7 @@ interrupted run never leaves a half-written model behind.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -149,6 +150,26 @@ def _check_folder(model: ModelAsset, folder: Path, expects_chat_template: bool) 
     return config.vocab_size, len(tokenizer), has_template
 
 
+@contextlib.contextmanager
+def _transformers_silenced(silenced: bool):
+    """transformers' own progress bars and info logs off during a quiet conversion (`anypair fetch
+    --quiet`: errors only), restored afterwards so that a caller's settings are kept."""
+    if not silenced:
+        yield
+        return
+    from transformers.utils import logging as transformers_logging
+
+    bars, verbosity = transformers_logging.is_progress_bar_enabled(), transformers_logging.get_verbosity()
+    transformers_logging.disable_progress_bar()
+    transformers_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+        if bars:
+            transformers_logging.enable_progress_bar()
+
+
 def convert_gguf(model: ModelAsset, gguf: Path, *, tokenizer_json: Path | None, progress: bool = True) -> Path:
     """Dequantize `gguf` to bf16 and write the HF folder for `model`; returns the folder."""
     import torch
@@ -160,11 +181,12 @@ def convert_gguf(model: ModelAsset, gguf: Path, *, tokenizer_json: Path | None, 
     try:
         if progress:
             print(f"Converting {model.hub_id} from GGUF (dequantizing to bfloat16) ...", file=sys.stderr, flush=True)
-        network = _load_dequantized(gguf, torch.bfloat16)
-        network.save_pretrained(scratch)
-        del network
-        tokenizer = _build_tokenizer(model, gguf, tokenizer_json, scratch / "tokenizer-source")
-        tokenizer.save_pretrained(scratch)
+        with _transformers_silenced(not progress):
+            network = _load_dequantized(gguf, torch.bfloat16)
+            network.save_pretrained(scratch)
+            del network
+            tokenizer = _build_tokenizer(model, gguf, tokenizer_json, scratch / "tokenizer-source")
+            tokenizer.save_pretrained(scratch)
         shutil.rmtree(scratch / "tokenizer-source", ignore_errors=True)
         # Some transformers versions write the whole GGUF back out as tokenizer.model; HF folders never need it.
         (scratch / "tokenizer.model").unlink(missing_ok=True)
