@@ -237,9 +237,9 @@ def test_cli_missing_gguf_says_no_such_file(tmp_path):
 
 
 # --- stdout is the answer, on the first run in a fresh home as on the second; a damaged checkpoint is
-# --- converted again and the answer is the clean one ------------------------------------------------
+# --- converted again (`fetch --quiet` says so in one line and nothing else) and the answer is the clean one
 
-def test_first_run_in_a_fresh_home_prints_only_the_answer_and_repairs_a_damaged_checkpoint(zoo_fetch, tmp_path):
+def test_first_run_in_a_fresh_home_prints_only_the_answer_and_a_damaged_checkpoint_is_repaired(zoo_fetch, tmp_path):
     from anypair import AnyPairGenerator
 
     expected = AnyPairGenerator(SMOL, None, weights="fp32", threads=1).generate(
@@ -253,7 +253,9 @@ def test_first_run_in_a_fresh_home_prints_only_the_answer_and_repairs_a_damaged_
 
     weights = home / "models" / SMOL_FOLDER / "model.safetensors"
     _flip(weights)
+    quiet = cli("fetch", "--quiet", SMOL, home=home)  # errors only, and the one line that says what was repaired
+    assert quiet.returncode == 0 and quiet.stdout.decode() == f"{SMOL}\t{weights.parent}\n"
+    assert quiet.stderr.decode() == (f"anypair: {SMOL}: {weights} changed since conversion; converting it again "
+                                     "from the verified GGUF\n")
     repaired = cli(*ALONE, home=home)
-    err = repaired.stderr.decode()
-    assert repaired.returncode == 0 and repaired.stdout == first.stdout, err[-2000:]
-    assert f"{weights} changed since conversion; converting it again" in err
+    assert repaired.returncode == 0 and repaired.stdout == first.stdout, repaired.stderr.decode()[-2000:]

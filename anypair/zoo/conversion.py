@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import io
 import json
 import os
 import shutil
@@ -152,8 +153,9 @@ def _check_folder(model: ModelAsset, folder: Path, expects_chat_template: bool) 
 
 @contextlib.contextmanager
 def _transformers_silenced(silenced: bool):
-    """transformers' own progress bars and info logs off during a quiet conversion (`anypair fetch
-    --quiet`: errors only), restored afterwards so that a caller's settings are kept."""
+    """A quiet conversion (`anypair fetch --quiet`: errors only): transformers' info logs off, and what
+    the libraries write to sys.stderr themselves (the GGUF reader's own tqdm bar, which no transformers
+    setting reaches) kept from the terminal; everything is restored afterwards, and errors still raise."""
     if not silenced:
         yield
         return
@@ -163,7 +165,8 @@ def _transformers_silenced(silenced: bool):
     transformers_logging.disable_progress_bar()
     transformers_logging.set_verbosity_error()
     try:
-        yield
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield
     finally:
         transformers_logging.set_verbosity(verbosity)
         if bars:
