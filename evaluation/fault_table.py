@@ -12,8 +12,8 @@ file) is a failure, and the script then exits with status 1.
     python evaluation/fault_table.py --quick   # only the cases that need no conversion or download
 
 Each case runs in its own $ANYPAIR_HOME under a temporary folder, seeded with copies of
-SmolLM2-135M-Instruct's converted folder and GGUF from the real cache (`anypair fetch test` first):
-the real cache is never touched. Runs use one thread and greedy decoding with fp32 weights (where a
+SmolLM2-135M-Instruct's (a few cases: Qwen2.5-Coder-0.5B-Instruct's) converted folder and GGUF from the
+real cache (`anypair fetch test` first): the real cache is never touched. Runs use one thread and greedy decoding with fp32 weights (where a
 damaged checkpoint used to print garbage with exit 0).
 """
 from __future__ import annotations
@@ -31,17 +31,34 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
-SMOL_FOLDER = "HuggingFaceTB--SmolLM2-135M-Instruct"
-SMOL_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-QWEN_GGUF = "Qwen--Qwen2.5-Coder-0.5B-Instruct/qwen2.5-coder-0.5b-instruct-q4.gguf"
 PROMPT = "Say hi."
-#: the target alone, greedy, fp32 weights: the reference every repaired run must print
-ALONE = ["generate", "-m", SMOL, "--no-assisted", "--weights", "fp32", "--threads", "1", "--max-new-tokens", "8",
-         PROMPT]
-#: the same target with its own GGUF drafting on llama.cpp: lossless, so the same stdout
-DRAFTED = ["generate", "-m", SMOL, "-a", SMOL, "--weights", "fp32", "--threads", "1", "--max-new-tokens", "8",
-           PROMPT]
+
+
+@dataclass(frozen=True)
+class Subject:
+    """A zoo model whose cached files the faults damage."""
+
+    hub_id: str
+    gguf_name: str
+    tokenizer_family: str | None = None  # the family's tokenizer.json is needed to convert it again
+
+    @property
+    def folder(self) -> str:
+        return self.hub_id.replace("/", "--")
+
+    def alone(self) -> list[str]:
+        """The target alone, greedy, fp32 weights: the reference every repaired run must print."""
+        return ["generate", "-m", self.hub_id, "--no-assisted", "--weights", "fp32", "--threads", "1",
+                "--max-new-tokens", "8", PROMPT]
+
+    def drafted(self) -> list[str]:
+        """The same target with its own GGUF drafting on llama.cpp: lossless, so the same stdout."""
+        return ["generate", "-m", self.hub_id, "-a", self.hub_id, "--weights", "fp32", "--threads", "1",
+                "--max-new-tokens", "8", PROMPT]
+
+
+SMOLLM2 = Subject("HuggingFaceTB/SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct.Q4_1.gguf")
+QWEN_05B = Subject("Qwen/Qwen2.5-Coder-0.5B-Instruct", "qwen2.5-coder-0.5b-instruct-q4.gguf", "qwen2")
 FLIP_BYTES = 4096
 COMMAND_TIMEOUT_S = 600
 
@@ -68,6 +85,7 @@ class FaultCase:
     slow: bool = True
     #: start from an empty $ANYPAIR_HOME instead of a seeded one
     fresh_home: bool = False
+    subject: Subject = SMOLLM2
 
 
 # -- running the command line ------------------------------------------------------------------------
@@ -84,11 +102,14 @@ def run_cli(args: list[str], home: Path) -> subprocess.CompletedProcess:
                           timeout=COMMAND_TIMEOUT_S, cwd=home.parent)
 
 
-def seed_home(home: Path, source: Path) -> None:
-    """Copies (never links: faults are written in place) of SmolLM2's converted folder and GGUF, with
-    their times kept, so that the stamps recorded in the cache still hold."""
+def seed_home(home: Path, source: Path, subject: Subject) -> None:
+    """Copies (never links: faults are written in place) of the subject's converted folder and GGUF (and
+    tokenizer family), with their times kept, so that the stamps recorded in the cache still hold."""
     for sub in ("models", "gguf"):
-        shutil.copytree(source / sub / SMOL_FOLDER, home / sub / SMOL_FOLDER, copy_function=shutil.copy2)
+        shutil.copytree(source / sub / subject.folder, home / sub / subject.folder, copy_function=shutil.copy2)
+    if subject.tokenizer_family is not None:
+        family = Path("tokenizers") / subject.tokenizer_family
+        shutil.copytree(source / family, home / family, copy_function=shutil.copy2)
 
 
 def classify(result: subprocess.CompletedProcess, clean_stdout: bytes, named_file: str | None) -> Outcome:
@@ -135,26 +156,26 @@ def delete(path: Path) -> None:
 FAULTS = {"truncated to half": truncate, f"{FLIP_BYTES} bytes flipped": flip, "deleted": delete}
 
 
-def _converted(name: str, fault: Callable[[Path], None]) -> Callable[[Path], list[str]]:
+def _converted(name: str, fault: Callable[[Path], None], subject: Subject = SMOLLM2) -> Callable[[Path], list[str]]:
     def inject(home: Path) -> list[str]:
-        fault(home / "models" / SMOL_FOLDER / name)
-        return ALONE
+        fault(home / "models" / subject.folder / name)
+        return subject.alone()
     return inject
 
 
 def _zoo_gguf(fault: Callable[[Path], None]) -> Callable[[Path], list[str]]:
     def inject(home: Path) -> list[str]:
-        fault(home / "gguf" / SMOL_FOLDER / SMOL_GGUF)
-        return DRAFTED
+        fault(home / "gguf" / SMOLLM2.folder / SMOLLM2.gguf_name)
+        return SMOLLM2.drafted()
     return inject
 
 
-def _given_gguf(make: Callable[[Path, Path], None], role: str) -> Callable[[Path], list[str]]:
+def _given_gguf(make: Callable[[Path, Path], None], role: str, subject: Subject = SMOLLM2) -> Callable[[Path], list[str]]:
     """A GGUF the user names by path (the target, or the draft), damaged by `make(real, copy)`."""
     def inject(home: Path) -> list[str]:
         given = home.parent / "given.gguf"
-        make(home / "gguf" / SMOL_FOLDER / SMOL_GGUF, given)
-        flag = ["-m", str(given), "--no-assisted"] if role == "target" else ["-m", SMOL, "-a", str(given)]
+        make(home / "gguf" / subject.folder / subject.gguf_name, given)
+        flag = ["-m", str(given), "--no-assisted"] if role == "target" else ["-m", SMOLLM2.hub_id, "-a", str(given)]
         return ["generate", *flag, "--threads", "1", "--max-new-tokens", "8", PROMPT]
     return inject
 
@@ -181,7 +202,7 @@ def _given_folder(missing: str) -> Callable[[Path], list[str]]:
     """A model folder the user names by path, copied from the converted one without `missing`."""
     def inject(home: Path) -> list[str]:
         folder = home.parent / "given-model"
-        shutil.copytree(home / "models" / SMOL_FOLDER, folder, ignore=shutil.ignore_patterns(missing, ".anypair-*"))
+        shutil.copytree(home / "models" / SMOLLM2.folder, folder, ignore=shutil.ignore_patterns(missing, ".anypair-*"))
         return ["generate", "-m", str(folder), "--no-assisted", "--threads", "1", "--max-new-tokens", "8", PROMPT]
     return inject
 
@@ -190,7 +211,7 @@ def _interrupted_fetch(marker: bytes, delay_s: float) -> Callable[[Path], list[s
     """`anypair fetch SmolLM2` in an empty home, killed (SIGKILL) `delay_s` after stderr shows `marker`."""
     def inject(home: Path) -> list[str]:
         env = {**os.environ, "ANYPAIR_HOME": str(home), "PYTHONPATH": str(REPO)}
-        child = subprocess.Popen([sys.executable, "-m", "anypair.cli", "fetch", SMOL], stdout=subprocess.DEVNULL,
+        child = subprocess.Popen([sys.executable, "-m", "anypair.cli", "fetch", SMOLLM2.hub_id], stdout=subprocess.DEVNULL,
                                  stderr=subprocess.PIPE, env=env)
         seen = b""
         deadline = time.monotonic() + COMMAND_TIMEOUT_S
@@ -206,19 +227,19 @@ def _interrupted_fetch(marker: bytes, delay_s: float) -> Callable[[Path], list[s
         child.stderr.close()
         if marker not in seen or finished_first:
             raise RuntimeError(f"the fetch was not interrupted after {marker!r} (it printed {seen[-300:]!r})")
-        return ALONE
+        return SMOLLM2.alone()
     return inject
 
 
 def _two_fetches(home: Path) -> list[str]:
     env = {**os.environ, "ANYPAIR_HOME": str(home), "PYTHONPATH": str(REPO)}
-    children = [subprocess.Popen([sys.executable, "-m", "anypair.cli", "fetch", "--quiet", SMOL],
+    children = [subprocess.Popen([sys.executable, "-m", "anypair.cli", "fetch", "--quiet", SMOLLM2.hub_id],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env) for _ in range(2)]
     for child in children:
         _, err = child.communicate(timeout=COMMAND_TIMEOUT_S)
         if child.returncode != 0:
             raise RuntimeError(f"one of two fetches at once failed: {err.decode(errors='replace')[-300:]}")
-    return ALONE
+    return SMOLLM2.alone()
 
 
 def cases() -> list[FaultCase]:
@@ -239,7 +260,14 @@ def cases() -> list[FaultCase]:
                                  ("conversion", b"Converting ", 3.0)):
         found.append(FaultCase("fetch", f"killed in its {phase}", _interrupted_fetch(marker, delay), fresh_home=True))
     found.append(FaultCase("fetch", "two at once", _two_fetches, fresh_home=True))
-    found.append(FaultCase("first run", "in an empty $ANYPAIR_HOME", lambda home: ALONE, fresh_home=True))
+    found.append(FaultCase("first run", "in an empty $ANYPAIR_HOME", lambda home: SMOLLM2.alone(), fresh_home=True))
+    qwen = "Qwen2.5-Coder-0.5B: "
+    found.append(FaultCase(qwen + "converted model.safetensors", "truncated to half",
+                           _converted("model.safetensors", truncate, QWEN_05B), subject=QWEN_05B))
+    found.append(FaultCase(qwen + "converted tokenizer.json", f"{FLIP_BYTES} bytes flipped",
+                           _converted("tokenizer.json", flip, QWEN_05B), subject=QWEN_05B))
+    found.append(FaultCase(qwen + "GGUF given as the target", "truncated to half",
+                           _given_gguf(_half_copy, "target", QWEN_05B), "given.gguf", slow=False, subject=QWEN_05B))
     return found
 
 
@@ -250,7 +278,7 @@ def run_case(case: FaultCase, source: Path, clean_stdout: bytes, workdir: Path) 
     home = case_dir / "home"
     try:
         if not case.fresh_home:
-            seed_home(home, source)
+            seed_home(home, source, case.subject)
         try:
             args = case.inject(home)
         except RuntimeError as error:
@@ -261,11 +289,11 @@ def run_case(case: FaultCase, source: Path, clean_stdout: bytes, workdir: Path) 
         shutil.rmtree(case_dir, ignore_errors=True)
 
 
-def clean_run(source: Path, workdir: Path) -> bytes:
+def clean_run(source: Path, workdir: Path, subject: Subject) -> bytes:
     """The reference stdout: the target alone on an undamaged copy of the cache."""
     home = workdir / "clean" / "home"
-    seed_home(home, source)
-    result = run_cli(ALONE, home)
+    seed_home(home, source, subject)
+    result = run_cli(subject.alone(), home)
     if result.returncode != 0 or not result.stdout.strip():
         raise SystemExit(f"the clean run failed (exit {result.returncode}): {result.stderr.decode()[-500:]}")
     shutil.rmtree(home.parent, ignore_errors=True)
@@ -277,9 +305,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="only the cases that need no conversion or download")
     args = parser.parse_args(argv)
     source = cache_home()
-    if not (source / "models" / SMOL_FOLDER / ".anypair-complete.json").is_file():
-        print(f"{SMOL} is not in {source}: run `anypair fetch test` first", file=sys.stderr)
-        return 2
+    for subject in (SMOLLM2, QWEN_05B):
+        if not (source / "models" / subject.folder / ".anypair-complete.json").is_file():
+            print(f"{subject.hub_id} is not in {source}: run `anypair fetch test` first", file=sys.stderr)
+            return 2
     from rich.console import Console
     from rich.table import Table
 
@@ -287,15 +316,16 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [case for case in cases() if not (args.quick and case.slow)]
     with tempfile.TemporaryDirectory(prefix="anypair-faults-") as tmp:
         workdir = Path(tmp)
-        clean_stdout = clean_run(source, workdir)
-        console.print(f"clean stdout: {clean_stdout!r}", highlight=False)
-        table = Table(title=f"anypair fault injection ({len(chosen)} cases; {SMOL})")
+        clean = {subject: clean_run(source, workdir, subject) for subject in {case.subject for case in chosen}}
+        for subject, stdout in clean.items():
+            console.print(f"clean stdout of {subject.hub_id}: {stdout!r}", highlight=False)
+        table = Table(title=f"anypair fault injection ({len(chosen)} cases)")
         for column in ("#", "artifact", "fault", "outcome", "s", "what the user sees on stderr (CASE: the case's folder)"):
             table.add_column(column, overflow="fold", no_wrap=column != "what the user sees on stderr (CASE: the case's folder)")
         failures = 0
         for number, case in enumerate(chosen, start=1):
             started = time.perf_counter()
-            outcome = run_case(case, source, clean_stdout, workdir)
+            outcome = run_case(case, source, clean[case.subject], workdir)
             seconds = time.perf_counter() - started
             failures += not outcome.ok
             progress.print(f"[{number}/{len(chosen)}] {case.artifact}, {case.fault}: {outcome.kind} ({seconds:.0f} s)",

