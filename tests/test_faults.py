@@ -172,6 +172,10 @@ def test_damaged_zoo_gguf_is_deleted_and_fetched_again(smol_home, monkeypatch, c
     assert not gguf_is_intact(model) and not path.exists()
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(path) in err and "fetching it again" in err
+    path.write_bytes(b"GGUF")
+    assert not gguf_is_intact(model) and not path.exists()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"({path}) has 4 bytes, not {model.gguf_size}; deleted, fetching it again" in err
 
 
 # --- GGUFs given by path: complete, or refused naming the file --------------------------------------

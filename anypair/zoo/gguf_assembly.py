@@ -38,11 +38,19 @@ def record_stamp(model: ModelAsset) -> None:
 
 def gguf_is_intact(model: ModelAsset) -> bool:
     """The cached GGUF is there and verified: one stat when its size and time are those recorded when it
-    was verified, else a re-hash (a good file is stamped again; a bad one is deleted, with one line on
-    stderr, and False returned so that the caller assembles it again)."""
-    if not has_gguf(model):
-        return False
+    was verified, else a re-hash (a good file is stamped again). A missing or bad one (deleted, with one
+    line on stderr) gives False, so that the caller assembles it again."""
     path = gguf_path(model)
+    if not has_gguf(model):
+        if path.exists():
+            size = path.stat().st_size
+            path.unlink()
+            print(f"anypair: the cached GGUF of {model.hub_id} ({path}) has {size} bytes, not {model.gguf_size}; "
+                  "deleted, fetching it again", file=sys.stderr, flush=True)
+        else:
+            print(f"anypair: the GGUF of {model.hub_id} is not in the cache ({path}); fetching it",
+                  file=sys.stderr, flush=True)
+        return False
     try:
         recorded = json.loads(_stamp_path(model).read_text()).get(model.gguf_name)
     except (OSError, ValueError, AttributeError):
