@@ -22,5 +22,10 @@ class InputError(AnyPairError, ValueError):
     (also a ValueError: it is one, and callers that caught ValueError keep working)."""
 
 
+class DamagedFileError(InputError):
+    """A file anypair needs is missing, truncated or corrupt (a GGUF, a model folder's weights,
+    config or tokenizer); the message names the file and the next step."""
+
+
 class BackendError(AnyPairError):
     """A model backend is unavailable or failed its correctness check (e.g. IPEX logits differ)."""

@@ -195,7 +195,7 @@ def _converted_copy(home, source, marker: dict, damaged: str, data: bytes):
 def test_fetch_verify_unmarks_a_damaged_converted_folder(zoo_fetch, empty_home, capsys):
     import json
 
-    from anypair.zoo.model_files import _verify_converted
+    from anypair.zoo.model_files import _check_converted
     from anypair.zoo.paths import COMPLETE_MARKER
 
     source = zoo_fetch[SMOLLM2]
@@ -205,7 +205,7 @@ def test_fetch_verify_unmarks_a_damaged_converted_folder(zoo_fetch, empty_home, 
     recorded = {**marker, "file_sha256": {"config.json": hashlib.sha256(config).hexdigest()}}
     flipped = config.replace(b'"', b"'", 1)
     model, marker_path = _converted_copy(empty_home, source, recorded, "config.json", flipped)
-    _verify_converted(model)
+    _check_converted(model, rehash=True, progress=False)
     assert not marker_path.exists() and "config.json changed since conversion" in capsys.readouterr().err
     # an older marker without hashes: a truncated weights file is found by reading it
     import shutil
@@ -214,5 +214,5 @@ def test_fetch_verify_unmarks_a_damaged_converted_folder(zoo_fetch, empty_home, 
     with open(source / "model.safetensors", "rb") as handle:
         head = handle.read(1 << 20)
     model, marker_path = _converted_copy(empty_home, source, {**marker, "file_sha256": {}}, "model.safetensors", head)
-    _verify_converted(model)
+    _check_converted(model, rehash=True, progress=False)
     assert not marker_path.exists() and "truncated" in capsys.readouterr().err

@@ -210,14 +210,14 @@ class QuantizedGGUFBackend(ModelBackend):
 
 def load_gguf_member(spec, *, role: str, threads: Optional[int], context: Optional[int]):
     """A target or draft on this engine, from a zoo model or a .gguf path."""
-    from anypair.generation.members import EngineChoice, _zoo_gguf, gguf_of, gguf_tokenizer, member_from_backend
+    from anypair.generation.members import EngineChoice, _checked_gguf, gguf_of, gguf_tokenizer, member_from_backend
     from anypair.kernels import simd_level
 
     gguf = gguf_of(spec)
     if gguf is None:
         raise InputError(f"{spec} has no GGUF file for the GGUF engine: give a .gguf path or a zoo model, "
                          "or use engine='torch'")
-    gguf = _zoo_gguf(str(spec), gguf)
+    gguf = _checked_gguf(str(spec), gguf)
     if not gguf.is_file():
         raise InputError(f"no such file: {gguf}")
     tokenizer, generation = gguf_tokenizer(spec, gguf)

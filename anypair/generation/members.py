@@ -138,16 +138,22 @@ def gguf_of(spec: ModelSpec) -> Optional[Path]:
     return None
 
 
-def _zoo_gguf(name: str, path: Path) -> Path:
-    """Make sure a zoo model's GGUF is on disk (fetching it if the cache was cleaned)."""
+def _checked_gguf(name: str, path: Path) -> Path:
+    """A zoo model's GGUF, checked against its recorded stamp (fetched again if missing or damaged);
+    any other GGUF, checked to exist and to hold the tensor data its header promises."""
     from anypair.zoo.registry import ZOO_MODELS
 
     model = ZOO_MODELS.get(name)
     if model is None:
-        return path
-    from anypair.zoo.served_gguf import gguf_file
+        from anypair.zoo.integrity import check_gguf_complete
 
-    return gguf_file(model)
+        check_gguf_complete(path)
+        return path
+    from anypair.zoo.gguf_assembly import assemble_gguf, gguf_is_intact
+    from anypair.zoo.paths import asset_lock
+
+    with asset_lock(model.folder_name):  # two processes never assemble one GGUF at once
+        return path if gguf_is_intact(model) else assemble_gguf(model)
 
 
 def resolve_engine(spec: ModelSpec, engine: str, role: str, weights: str = "auto") -> str:
@@ -188,7 +194,7 @@ def _gguf_engine_runs(spec: ModelSpec, gguf: Path) -> bool:
                        spec, "llama.cpp" if str(spec).endswith(".gguf") else "torch (fp16 weights)")
         return False
     if not gguf.is_file():
-        gguf = _zoo_gguf(str(spec), gguf)
+        gguf = _checked_gguf(str(spec), gguf)
     return gguf.is_file() and gguf_architecture(gguf) in ARCHITECTURES
 
 
@@ -227,7 +233,7 @@ def load_llama_cpp_member(spec: ModelSpec, *, role: str, threads: Optional[int],
     if gguf is None:
         raise InputError(f"{spec} has no GGUF file for the llama.cpp engine: give a .gguf path, a zoo model, "
                          "or use engine='torch'")
-    gguf = _zoo_gguf(str(spec), gguf)
+    gguf = _checked_gguf(str(spec), gguf)
     tokenizer, generation = gguf_tokenizer(spec, gguf)
     backend = LlamaCppBackend(gguf, name=f"{role} {spec}", threads=threads, context=context)
     return member_from_backend(backend, tokenizer, role=role, name=str(spec),

