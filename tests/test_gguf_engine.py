@@ -101,8 +101,8 @@ def test_anypair_equals_the_gguf_target_alone_token_for_token(default_pair_gener
     gen = default_pair_generator
     alone = gen.generate(messages=[{"role": "user", "content": prompt}], max_new_tokens=48, assisted=False)
     assisted = gen.generate(messages=[{"role": "user", "content": prompt}], max_new_tokens=48)
-    assert assisted.token_ids == alone.token_ids
-    assert assisted.stats.rounds < len(alone.token_ids)  # the draft did propose and was accepted
+    assert assisted.target_ids == alone.target_ids
+    assert assisted.stats.rounds < len(alone.target_ids)  # the draft did propose and was accepted
 
 
 def test_a_llama_architecture_target_with_a_qwen_draft_is_exact(zoo_fetch):
@@ -113,7 +113,7 @@ def test_a_llama_architecture_target_with_a_qwen_draft_is_exact(zoo_fetch):
     assert gen.target.engine.engine == "gguf" and gen.draft.engine.engine == "gguf"
     for prompt in ("def add(a, b):", "The three primary colours are"):
         alone = gen.generate(prompt, max_new_tokens=32, assisted=False)
-        assert gen.generate(prompt, max_new_tokens=32).token_ids == alone.token_ids
+        assert gen.generate(prompt, max_new_tokens=32).target_ids == alone.target_ids
 
 
 def test_engine_choice(zoo_fetch, tmp_path):

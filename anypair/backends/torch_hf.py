@@ -6,12 +6,26 @@ them until the next `crop`, and every rollback goes through `crop`, so rollbacks
 """
 from __future__ import annotations
 
+import logging
+import warnings
 from typing import Sequence
 
 import torch
 
 from anypair.backends.base import ModelBackend
 from anypair.errors import InputError
+
+
+class _RenamedArgumentNotice(logging.Filter):
+    """Drops transformers' "`past_key_values`/`cache_params` are deprecated" notice: the argument
+    still works, anypair passes it on purpose (older transformers know no other), and a user cannot
+    act on it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "are deprecated. Use `cache` instead" not in record.getMessage()
+
+
+logging.getLogger("transformers.utils.generic").addFilter(_RenamedArgumentNotice())
 
 
 def model_vocab_rows(model) -> int:
@@ -65,7 +79,10 @@ class TorchBackend(ModelBackend):
                 f"maximum of {self.max_context}; shorten the prompt or lower max_new_tokens"
             )
         input_ids = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
-        with torch.inference_mode():
+        # transformers 5.2x warns on every call that `past_key_values` will be renamed; the argument
+        # still works and a user cannot act on the warning, so this one is silenced here
+        with torch.inference_mode(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
             out = self.model(
                 input_ids=input_ids,
                 past_key_values=self._cache,
