@@ -32,7 +32,7 @@ def cpu_model() -> str:
 def machine_description() -> dict[str, str]:
     """CPU, the features that matter here, logical CPUs, memory, platform."""
     flags = cpu_flags()
-    features = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    features = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16") if f in flags]
     try:
         memory = f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB"
     except (ValueError, OSError, AttributeError):

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from anypair.kernels import NATIVE_TYPES, LinearGroup, QuantWeight, attention, dequant_rows, load_library, rmsnorm, \
-    silu_mul
+    silu_mul, simd_level
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -73,11 +73,34 @@ def _activations(rows: int, cols: int, seed: int = 0) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("type_name", list(NATIVE_TYPES.values()))
-def test_simd_path_equals_the_scalar_reference_bitwise(real_matrices, type_name):
+def test_simd_paths_equal_the_scalar_reference_bitwise(real_matrices, type_name):
+    """Every compiled path (AVX-512 VNNI where the CPU has it, AVX2) against the reference, with
+    a full tile of 8 rows and a partial one."""
     weight = real_matrices[next(t for t, n in NATIVE_TYPES.items() if n == type_name)]
     group = LinearGroup([weight])
-    x = _activations(7, weight.cols)
-    assert torch.equal(group(x)[0], group(x, use_reference=True)[0])
+    x = _activations(11, weight.cols)
+    best = group(x)[0]
+    assert torch.equal(best, group(x, use_reference=True)[0]), f"{simd_level()} path != reference"
+    assert torch.equal(best, group(x, path="avx2")[0]), f"{simd_level()} path != AVX2 path"
+
+
+def test_the_build_takes_the_instruction_sets_the_cpu_reports(monkeypatch):
+    """Detected, never assumed: each level's flags only when /proc/cpuinfo lists them all, and
+    ANYPAIR_KERNEL_SIMD caps the level."""
+    from anypair.kernels import build
+
+    avx2, avx512 = {"avx2", "fma", "f16c"}, {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"}
+    monkeypatch.delenv("ANYPAIR_KERNEL_SIMD", raising=False)
+    for flags, expected in [(set(), []), ({"avx2", "fma"}, []), (avx2, ["-mavx2", "-mfma", "-mf16c"]),
+                            (avx2 | avx512 - {"avx512_vnni"}, ["-mavx2", "-mfma", "-mf16c"]),
+                            (avx2 | avx512, ["-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512vl",
+                                             "-mavx512vnni"])]:
+        monkeypatch.setattr(build, "cpu_flags", lambda flags=flags: frozenset(flags))
+        assert build.simd_flags() == expected, flags
+    monkeypatch.setenv("ANYPAIR_KERNEL_SIMD", "avx2")
+    assert build.simd_flags() == ["-mavx2", "-mfma", "-mf16c"]
+    monkeypatch.setenv("ANYPAIR_KERNEL_SIMD", "portable")
+    assert build.simd_flags() == []
 
 
 @pytest.mark.parametrize("type_name", list(NATIVE_TYPES.values()))

@@ -1,9 +1,10 @@
 """Compiling the C kernels of anypair/kernels/csrc once per machine, cached under $ANYPAIR_HOME.
 
-The instruction set is detected, never assumed: AVX2+FMA+F16C CPUs get the SIMD path, every other
-CPU the portable reference (the same arithmetic, so results do not depend on which was built).
+The instruction set is detected, never assumed: AVX2+FMA+F16C CPUs get the AVX2 path, those with
+AVX-512 F/BW/VL and VNNI also the AVX-512 path of the K-quants, every other CPU the portable
+reference (the same arithmetic, so results do not depend on which was built).
 The cache key covers the sources, the flags and the compiler, so an edit or a new CPU rebuilds.
-`ANYPAIR_KERNEL_SIMD=portable` forces the portable build (tests, and CPUs that lie about flags).
+`ANYPAIR_KERNEL_SIMD=portable` (or `avx2`) caps the build (tests, and CPUs that lie about flags).
 """
 from __future__ import annotations
 
@@ -31,13 +32,21 @@ class KernelUnavailable(BackendError):
     """The kernels cannot be built here (no C compiler, or the compile failed)."""
 
 
+AVX2_FLAGS = {"avx2", "fma", "f16c"}
+AVX512_FLAGS = {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"}
+
+
 def simd_flags() -> list[str]:
-    """-m flags for the SIMD path this CPU supports; [] means the portable reference."""
-    if os.environ.get("ANYPAIR_KERNEL_SIMD", "").lower() == "portable":
+    """-m flags for the SIMD paths this CPU supports; [] means the portable reference.
+    `ANYPAIR_KERNEL_SIMD=portable` or `=avx2` caps the build at that level."""
+    cap = os.environ.get("ANYPAIR_KERNEL_SIMD", "").lower()
+    flags = cpu_flags()
+    if cap == "portable" or not AVX2_FLAGS <= flags:
         return []
-    if {"avx2", "fma", "f16c"} <= cpu_flags():
-        return ["-mavx2", "-mfma", "-mf16c"]
-    return []
+    avx2 = ["-mavx2", "-mfma", "-mf16c"]
+    if cap == "avx2" or not AVX512_FLAGS <= flags:
+        return avx2
+    return avx2 + ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]
 
 
 def compiler() -> Optional[str]:

@@ -4,13 +4,14 @@
 `LinearGroup` multiplies activation rows by several matrices that read the same input (q/k/v,
 gate/up) in one call, quantizing the rows once. Types without a native kernel are dequantized once
 to F32 with gguf's own code (exact values), so every GGUF type runs, the rare ones slower.
-`use_reference=True` runs the scalar reference instead of the SIMD path (tests compare the two).
+`use_reference=True` runs the scalar reference instead of the SIMD path; the linears also take
+`path="avx2"`, the AVX2 path where the AVX-512 one is compiled (tests compare all three bitwise).
 """
 from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Literal, Optional, Sequence
 
 import numpy as np
 import torch
@@ -20,6 +21,15 @@ from anypair.kernels.build import load_library
 #: ggml types with a kernel of their own (others are widened to F32 at load)
 NATIVE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 8: "Q8_0", 12: "Q4_K", 14: "Q6_K"}
 _F32 = 0
+#: which kernels a linear runs: the best compiled, the AVX2 path, or the scalar reference
+KernelPath = Literal["best", "reference", "avx2"]
+_PATH_CODES = {"best": 0, "reference": 1, "avx2": 2}
+
+
+def _path_code(path: KernelPath, use_reference: bool) -> int:
+    if path not in _PATH_CODES:
+        raise ValueError(f"kernel path {path!r}: one of {', '.join(_PATH_CODES)}")
+    return _PATH_CODES["reference" if use_reference else path]
 
 
 class _ApWeight(ctypes.Structure):
@@ -28,8 +38,9 @@ class _ApWeight(ctypes.Structure):
 
 
 def simd_level() -> str:
-    """Which path the compiled kernels run: "avx2" or "portable"."""
-    return "avx2" if load_library().ap_simd_level() == 2 else "portable"
+    """Which path the compiled kernels run: "avx512-vnni" (the K-quants; AVX2 for the other types),
+    "avx2" or "portable"."""
+    return {3: "avx512-vnni", 2: "avx2"}.get(load_library().ap_simd_level(), "portable")
 
 
 @dataclass
@@ -88,7 +99,8 @@ class LinearGroup:
         self._array = (_ApWeight * len(weights))(*[w._struct for w in weights])
         self._lib = load_library()
 
-    def __call__(self, x: torch.Tensor, threads: int = 0, use_reference: bool = False) -> list[torch.Tensor]:
+    def __call__(self, x: torch.Tensor, threads: int = 0, use_reference: bool = False,
+                 path: KernelPath = "best") -> list[torch.Tensor]:
         if x.dtype != torch.float32 or x.dim() != 2 or x.shape[1] != self.cols:
             raise ValueError(f"expected float32 rows [M, {self.cols}], got {tuple(x.shape)} {x.dtype}")
         x = x.contiguous()
@@ -96,7 +108,7 @@ class LinearGroup:
         outputs = [torch.empty(rows, w.rows, dtype=torch.float32) for w in self.weights]
         pointers = (ctypes.c_void_p * len(outputs))(*[o.data_ptr() for o in outputs])
         status = self._lib.ap_linear(ctypes.addressof(self._array), len(self.weights), x.data_ptr(), rows, self.cols,
-                                     ctypes.addressof(pointers), threads, int(use_reference))
+                                     ctypes.addressof(pointers), threads, _path_code(path, use_reference))
         if status != 0:
             raise RuntimeError(f"ap_linear failed ({status}): shapes or types the kernels do not take")
         return outputs
@@ -201,12 +213,13 @@ class LayerStack:
                                                 ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
         self._lib.ap_layers_forward.restype = ctypes.c_int
 
-    def __call__(self, x: torch.Tensor, start: int, threads: int = 0, use_reference: bool = False) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, start: int, threads: int = 0, use_reference: bool = False,
+                 path: KernelPath = "best") -> torch.Tensor:
         """x [M, hidden] float32, the rows at positions start..start+M-1, updated in place and returned."""
         x = x.contiguous()
         status = self._lib.ap_layers_forward(ctypes.addressof(self._model), ctypes.addressof(self._layers),
                                              len(self.layers), x.data_ptr(), start, x.shape[0], threads,
-                                             int(use_reference))
+                                             _path_code(path, use_reference))
         if status != 0:
             raise RuntimeError(f"ap_layers_forward failed ({status}): past the cache, or out of memory")
         return x

@@ -18,6 +18,13 @@
 #define AP_AVX2 1
 #include <immintrin.h>
 #endif
+#if defined(AP_AVX2) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
+#define AP_AVX512 1
+#endif
+
+// Which path a call runs (the `path` argument of ap_linear and ap_layers_forward): the best one
+// compiled, the scalar reference, or the AVX2 path even where AVX-512 is compiled (tests compare all).
+enum ap_path { AP_PATH_BEST = 0, AP_PATH_REFERENCE = 1, AP_PATH_AVX2 = 2 };
 
 // ggml type ids (gguf's GGMLQuantizationType)
 enum ap_type {
@@ -35,8 +42,9 @@ typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d;
 
 // Activation rows quantized for the integer dot products: per row, per block of `block` elements
 // (256 for the K-quants, 32 for the others) a scale d = amax/127 and int8 values round(x/d), with
-// the int sums of every 16 and every 32 values (for the weights' offsets and minimums). Float
-// weights (F32/F16) read the float rows `x` instead.
+// the int sums of every 16 and every 32 values (for the weights' offsets and minimums), and for
+// 256-blocks 32 times the sum of each pair of values (Q6_K's offset of 32, taken once per row instead
+// of once per weight row). Float weights (F32/F16) read the float rows `x` instead.
 typedef struct {
     int M, K, block;
     const int8_t *q;      // [M][K]
@@ -44,6 +52,7 @@ typedef struct {
     const int16_t *s16;   // [M][K/16]
     const int16_t *s32;   // [M][K/32]
     const float *x;       // [M][K]
+    const int16_t *pair32;  // [M][K/2]: 32 * (q[2j] + q[2j+1]); 256-blocks only, else NULL
 } ap_act;
 
 // One weight matrix [N][K] in its GGUF type, rows contiguous (row_bytes each).
@@ -54,8 +63,9 @@ typedef struct {
     const float *bias;  // [N] or NULL
 } ap_weight;
 
-// up to this many activation rows share one pass over a weight row (registers hold their sums)
-#define AP_ROW_TILE 4
+// up to this many activation rows share one pass over a weight row (registers hold their sums):
+// every path's dot function takes R = 1..AP_ROW_TILE rows (the AVX2 path in register tiles of 4)
+#define AP_ROW_TILE 8
 
 static inline float ap_h2f(uint16_t h) {
     // IEEE half to float, exact (no hardware needed)
@@ -103,6 +113,14 @@ static inline float ap_reduce8_avx2(__m256 v) {
     __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));                                   // c0 = b0+b2, c1 = b1+b3
     return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));                   // c0 + c1
 }
+// Q4_K's 8 scales (bytes 0-7) and 8 minimums (bytes 8-15) unpacked with 32-bit operations
+// (the same values as ap_q4k_scales, byte for byte)
+static inline __m128i ap_q4k_scales_mins_avx2(const uint8_t *s) {
+    uint32_t u[3]; memcpy(u, s, 12);
+    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x03030303;
+    return _mm_setr_epi32((int)(u[0] & low6), (int)((u[2] & low4) | (((u[0] >> 6) & top2) << 4)),
+                          (int)(u[1] & low6), (int)(((u[2] >> 4) & low4) | (((u[1] >> 6) & top2) << 4)));
+}
 static inline int ap_hsum_i32_avx2(__m256i v) {
     __m128i a = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0x4e));
@@ -123,9 +141,11 @@ static inline void ap_q4k_scales(const uint8_t *s, uint8_t sc[8], uint8_t mn[8])
 // per-type dot products of one weight row with R activation rows (r0..r0+R-1); out[R]
 typedef void (*ap_dot_fn)(const uint8_t *wrow, const ap_act *a, int r0, int R, float *out);
 
-// the reference (portable C) and, where compiled, the AVX2 versions; NULL when a type has none
+// the reference (portable C) and, where compiled, the AVX2 and AVX-512 (VNNI) versions; NULL when
+// a type has none (the AVX-512 path covers the K-quants of the targets; other types use AVX2)
 ap_dot_fn ap_dot_ref(int type);
 ap_dot_fn ap_dot_avx2(int type);
+ap_dot_fn ap_dot_avx512(int type);
 int ap_act_block(int type);  // 256 / 32 / 0 (float rows)
 
 void ap_quantize_rows_ref(const float *x, int M, int K, int block, int8_t *q, float *d, int16_t *s16, int16_t *s32);

@@ -1,7 +1,7 @@
 // AVX2+FMA+F16C dot products, one per weight type, matching dot_ref.c bitwise.
 //
-// A weight block is loaded and unpacked once, then multiplied with up to AP_ROW_TILE activation
-// rows whose sums stay in registers: that is what makes scoring 4 tokens cost far less than 4x one
+// A weight block is loaded and unpacked once, then multiplied with up to AVX2_TILE activation
+// rows whose sums stay in registers (16 ymm registers: 4 rows): that is what makes scoring 4 tokens cost far less than 4x one
 // token. Rows never mix: each row's lanes see the same operations in the same order as when the
 // row is alone (R = 1), so the result is bitwise the same whatever R is.
 #include "ap_common.h"
@@ -9,6 +9,7 @@
 #ifdef AP_AVX2
 
 #define AP_INLINE static inline __attribute__((always_inline))
+#define AVX2_TILE 4
 
 AP_INLINE __m256i madd_u8_s8(__m256i u, __m256i s) {  // 8 int32 lanes: lane i = sum of bytes 4i..4i+3
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
@@ -36,7 +37,7 @@ AP_INLINE __m256 acc_lanes(__m256 acc, float scale, __m256i isum) {  // acc + sc
 
 AP_INLINE void dot_signed32(const uint8_t *wrow, size_t bsize, int kind, const ap_act *a, int r0, int R, float *out) {
     const int nb = a->K / 32;
-    __m256 acc[AP_ROW_TILE];
+    __m256 acc[AVX2_TILE];
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const uint8_t *blk = wrow + bsize * b;
@@ -62,7 +63,7 @@ AP_INLINE void dot_signed32(const uint8_t *wrow, size_t bsize, int kind, const a
 
 AP_INLINE void dot_q4_1_tile(const uint8_t *wrow, const ap_act *a, int r0, int R, float *out) {
     const block_q4_1 *w = (const block_q4_1 *)wrow; const int nb = a->K / 32;
-    __m256 acc[AP_ROW_TILE]; float macc[AP_ROW_TILE];
+    __m256 acc[AVX2_TILE]; float macc[AVX2_TILE];
     for (int r = 0; r < R; r++) { acc[r] = _mm256_setzero_ps(); macc[r] = 0.0f; }
     for (int b = 0; b < nb; b++) {
         const float dw = _cvtsh_ss(w[b].d), mw = _cvtsh_ss(w[b].m);
@@ -80,29 +81,21 @@ AP_INLINE void dot_q4_1_tile(const uint8_t *wrow, const ap_act *a, int r0, int R
 
 // ---- 256-element super-blocks: Q4_K, Q6_K -------------------------------------------------------
 
-// Q4_K's 8 scales (bytes 0-7) and 8 minimums (bytes 8-15) unpacked with 32-bit operations
-// (the same values as ap_q4k_scales, byte for byte)
-AP_INLINE __m128i q4k_scales_mins(const uint8_t *s) {
-    uint32_t u[3]; memcpy(u, s, 12);
-    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x03030303;
-    return _mm_setr_epi32((int)(u[0] & low6), (int)((u[2] & low4) | (((u[0] >> 6) & top2) << 4)),
-                          (int)(u[1] & low6), (int)(((u[2] >> 4) & low4) | (((u[1] >> 6) & top2) << 4)));
-}
 AP_INLINE __m256i broadcast_i16(__m256i both_halves, int index) {  // int16 lane `index` (0-7) everywhere
     return _mm256_shuffle_epi8(both_halves, _mm256_set1_epi16((short)(((2 * index + 1) << 8) | (2 * index))));
 }
 
 AP_INLINE void dot_q4_K_tile(const uint8_t *wrow, const ap_act *a, int r0, int R, float *out) {
     const block_q4_K *w = (const block_q4_K *)wrow; const int nb = a->K / 256;
-    __m256 acc[AP_ROW_TILE]; float macc[AP_ROW_TILE];
+    __m256 acc[AVX2_TILE]; float macc[AVX2_TILE];
     for (int r = 0; r < R; r++) { acc[r] = _mm256_setzero_ps(); macc[r] = 0.0f; }
     const __m256i low4 = _mm256_set1_epi8(15);
     for (int b = 0; b < nb; b++) {
-        const __m256i sm16 = _mm256_cvtepu8_epi16(q4k_scales_mins(w[b].scales));  // scales | minimums, int16
+        const __m256i sm16 = _mm256_cvtepu8_epi16(ap_q4k_scales_mins_avx2(w[b].scales));  // scales | minimums, int16
         const __m256i scales = _mm256_permute2x128_si256(sm16, sm16, 0x00);
         const __m128i mins = _mm256_extracti128_si256(sm16, 1);
         const float d = _cvtsh_ss(w[b].d), dmin = _cvtsh_ss(w[b].dmin);
-        __m256i isum[AP_ROW_TILE];
+        __m256i isum[AVX2_TILE];
         for (int r = 0; r < R; r++) isum[r] = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
             __m256i qq = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * c));
@@ -130,13 +123,13 @@ AP_INLINE void dot_q4_K_tile(const uint8_t *wrow, const ap_act *a, int r0, int R
 
 AP_INLINE void dot_q6_K_tile(const uint8_t *wrow, const ap_act *a, int r0, int R, float *out) {
     const block_q6_K *w = (const block_q6_K *)wrow; const int nb = a->K / 256;
-    __m256 acc[AP_ROW_TILE];
+    __m256 acc[AVX2_TILE];
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(15), two = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
+    const __m256i low4 = _mm256_set1_epi8(15), two = _mm256_set1_epi8(3);
     for (int b = 0; b < nb; b++) {
         const float d = _cvtsh_ss(w[b].d);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[b].scales));  // 16 int16
-        __m256i isum[AP_ROW_TILE];
+        __m256i isum[AVX2_TILE];
         for (int r = 0; r < R; r++) isum[r] = _mm256_setzero_si256();
         for (int n = 0; n < 2; n++) {
             const __m256i half_scales = n ? _mm256_permute2x128_si256(sc16, sc16, 0x11) : _mm256_permute2x128_si256(sc16, sc16, 0x00);  // groups 8n..8n+7
@@ -153,8 +146,10 @@ AP_INLINE void dot_q6_K_tile(const uint8_t *wrow, const ap_act *a, int r0, int R
                 __m256i scale = _mm256_shuffle_epi8(half_scales, _mm256_set_m128i(
                     _mm_set1_epi16((short)(((4 * c + 3) << 8) | (4 * c + 2))), _mm_set1_epi16((short)(((4 * c + 1) << 8) | (4 * c)))));
                 for (int r = 0; r < R; r++) {
-                    __m256i x = _mm256_loadu_si256((const __m256i *)(a->q + (size_t)(r0 + r) * a->K + 256 * b + 128 * n + 32 * c));
-                    __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[c], x), _mm256_maddubs_epi16(m32, x));
+                    const size_t at = (size_t)(r0 + r) * a->K + 256 * b + 128 * n + 32 * c;
+                    __m256i x = _mm256_loadu_si256((const __m256i *)(a->q + at));
+                    __m256i x32 = _mm256_loadu_si256((const __m256i *)(a->pair32 + at / 2));  // 32 * pair sums
+                    __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[c], x), x32);
                     isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, scale));
                 }
             }
@@ -167,7 +162,7 @@ AP_INLINE void dot_q6_K_tile(const uint8_t *wrow, const ap_act *a, int r0, int R
 // ---- float weights: F32, F16 (the exact fallback for every other type, dequantized to F32) ------
 
 AP_INLINE void dot_float_tile(const uint8_t *wrow, int half, const ap_act *a, int r0, int R, float *out) {
-    __m256 acc[AP_ROW_TILE];
+    __m256 acc[AVX2_TILE];
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int c = 0; c < a->K; c += 8) {
         __m256 w = half ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)wrow + c)))
@@ -178,15 +173,20 @@ AP_INLINE void dot_float_tile(const uint8_t *wrow, int half, const ap_act *a, in
     for (int r = 0; r < R; r++) out[r] = ap_reduce8_avx2(acc[r]);
 }
 
-// one entry per type; the switch on R lets the compiler unroll each tile size
+// one entry per type; the switch on R lets the compiler unroll each tile size, and rows past the
+// register tile of 4 are a second tile (each row's arithmetic is the same in either)
 #define TILED(name, call)                                                                    \
-    static void name(const uint8_t *wrow, const ap_act *a, int r0, int R, float *out) {     \
+    static void name##_tile(const uint8_t *wrow, const ap_act *a, int r0, int R, float *out) { \
         switch (R) {                                                                         \
             case 1: { const int RR = 1; call; break; }                                       \
             case 2: { const int RR = 2; call; break; }                                       \
             case 3: { const int RR = 3; call; break; }                                       \
             default: { const int RR = 4; call; break; }                                      \
         }                                                                                    \
+    }                                                                                        \
+    static void name(const uint8_t *wrow, const ap_act *a, int r0, int R, float *out) {     \
+        for (int done = 0; done < R; done += AVX2_TILE)                                      \
+            name##_tile(wrow, a, r0 + done, R - done < AVX2_TILE ? R - done : AVX2_TILE, out + done); \
     }
 TILED(dot_q8_0_avx2, dot_signed32(wrow, sizeof(block_q8_0), AP_Q8_0, a, r0, RR, out))
 TILED(dot_q4_0_avx2, dot_signed32(wrow, sizeof(block_q4_0), AP_Q4_0, a, r0, RR, out))

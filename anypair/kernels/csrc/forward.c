@@ -9,7 +9,7 @@
 
 #include "ap_common.h"
 
-int ap_linear(const ap_weight *ws, int nw, const float *x, int M, int K, float *const *ys, int nthreads, int use_ref);
+int ap_linear(const ap_weight *ws, int nw, const float *x, int M, int K, float *const *ys, int nthreads, int path);
 void ap_rmsnorm(const float *x, const float *w, int M, int n, float eps, float *y, int use_ref);
 void ap_silu_mul(float *gate, const float *up, long n, int use_ref);
 int ap_attention(const float *q, const uint16_t *k_cache, const uint16_t *v_cache, int L_max, int start, int M,
@@ -42,9 +42,11 @@ static void rotate(float *x, int heads, const ap_model *m, int pos) {
     }
 }
 
-// Returns 0, -1 for bad arguments, -2 when out of memory.
+// path: AP_PATH_BEST, AP_PATH_REFERENCE or AP_PATH_AVX2 (the linears'; the other ops have one SIMD
+// path, used unless the reference is asked for). Returns 0, -1 for bad arguments, -2 when out of memory.
 int ap_layers_forward(const ap_model *m, const ap_layer *layers, int n_layers, float *x, int start, int M, int nthreads,
-                      int use_ref) {
+                      int path) {
+    const int use_ref = path == AP_PATH_REFERENCE;
     if (M <= 0 || start < 0 || start + M > m->max_len) return -1;
     const int E = m->hidden, Hq = m->heads, Hkv = m->kv_heads, D = m->head_dim, F = m->ffn;
     float *h = malloc(sizeof(float) * (size_t)M * E), *q = malloc(sizeof(float) * (size_t)M * Hq * D);
@@ -56,7 +58,7 @@ int ap_layers_forward(const ap_model *m, const ap_layer *layers, int n_layers, f
         const ap_layer *L = &layers[l];
         ap_rmsnorm(x, L->attn_norm, M, E, m->rms_eps, h, use_ref);
         float *qkv_out[3] = {q, k, v};
-        if ((status = ap_linear(L->qkv, 3, h, M, E, qkv_out, nthreads, use_ref)) != 0) break;
+        if ((status = ap_linear(L->qkv, 3, h, M, E, qkv_out, nthreads, path)) != 0) break;
         for (int r = 0; r < M; r++) {
             rotate(q + (size_t)r * Hq * D, Hq, m, start + r);
             rotate(k + (size_t)r * Hkv * D, Hkv, m, start + r);
@@ -70,14 +72,14 @@ int ap_layers_forward(const ap_model *m, const ap_layer *layers, int n_layers, f
         if ((status = ap_attention(q, L->k_cache, L->v_cache, m->max_len, start, M, Hq, Hkv, D, m->attn_scale, 0, att,
                                    nthreads, use_ref)) != 0) break;
         float *o_out[1] = {tmp};
-        if ((status = ap_linear(&L->attn_out, 1, att, M, Hq * D, o_out, nthreads, use_ref)) != 0) break;
+        if ((status = ap_linear(&L->attn_out, 1, att, M, Hq * D, o_out, nthreads, path)) != 0) break;
         for (size_t i = 0; i < (size_t)M * E; i++) x[i] = x[i] + tmp[i];
         ap_rmsnorm(x, L->ffn_norm, M, E, m->rms_eps, h, use_ref);
         float *gu_out[2] = {gate, up};
-        if ((status = ap_linear(L->gate_up, 2, h, M, E, gu_out, nthreads, use_ref)) != 0) break;
+        if ((status = ap_linear(L->gate_up, 2, h, M, E, gu_out, nthreads, path)) != 0) break;
         ap_silu_mul(gate, up, (long)M * F, use_ref);
         float *down_out[1] = {tmp};
-        if ((status = ap_linear(&L->down, 1, gate, M, F, down_out, nthreads, use_ref)) != 0) break;
+        if ((status = ap_linear(&L->down, 1, gate, M, F, down_out, nthreads, path)) != 0) break;
         for (size_t i = 0; i < (size_t)M * E; i++) x[i] = x[i] + tmp[i];
     }
     free(h); free(q); free(k); free(v); free(att); free(tmp); free(gate); free(up);

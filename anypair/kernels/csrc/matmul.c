@@ -13,8 +13,10 @@
 
 #define AP_CHUNK_ROWS 16  // weight rows per scheduled piece of work
 
-int ap_simd_level(void) {
-#ifdef AP_AVX2
+int ap_simd_level(void) {  // 3: AVX-512 VNNI (K-quants) + AVX2, 2: AVX2, 0: the portable reference
+#if defined(AP_AVX512)
+    return 3;
+#elif defined(AP_AVX2)
     return 2;
 #else
     return 0;
@@ -23,24 +25,34 @@ int ap_simd_level(void) {
 
 int ap_type_supported(int type) { return ap_dot_ref(type) != NULL; }
 
-static ap_dot_fn pick_dot(int type, int use_ref) {
-    ap_dot_fn fn = use_ref ? NULL : ap_dot_avx2(type);
+static ap_dot_fn pick_dot(int type, int path) {
+    ap_dot_fn fn = NULL;
+    if (path == AP_PATH_BEST) fn = ap_dot_avx512(type);
+    if (!fn && path != AP_PATH_REFERENCE) fn = ap_dot_avx2(type);
     return fn ? fn : ap_dot_ref(type);
 }
 
-typedef struct { int8_t *q; float *d; int16_t *s16, *s32; } act_buffers;
+typedef struct { int8_t *q; float *d; int16_t *s16, *s32, *pair32; } act_buffers;
 
 static int alloc_act(act_buffers *b, int M, int K, int block) {
     b->q = malloc((size_t)M * K);
     b->d = malloc(sizeof(float) * (size_t)M * (K / block));
     b->s16 = malloc(sizeof(int16_t) * (size_t)M * (K / 16));
     b->s32 = malloc(sizeof(int16_t) * (size_t)M * (K / 32));
-    return b->q && b->d && b->s16 && b->s32;
+    b->pair32 = block == 256 ? malloc(sizeof(int16_t) * (size_t)M * (K / 2)) : NULL;
+    return b->q && b->d && b->s16 && b->s32 && (block != 256 || b->pair32);
 }
-static void free_act(act_buffers *b) { free(b->q); free(b->d); free(b->s16); free(b->s32); }
+static void free_act(act_buffers *b) { free(b->q); free(b->d); free(b->s16); free(b->s32); free(b->pair32); }
+
+static void quantize_act(const float *x, int M, int K, int block, int path, act_buffers *b) {
+    (path == AP_PATH_REFERENCE ? ap_quantize_rows_ref : ap_quantize_rows_avx2)(x, M, K, block, b->q, b->d, b->s16, b->s32);
+    if (b->pair32)  // exact: |32 * (q + q')| <= 8128
+        for (size_t j = 0; j < (size_t)M * K / 2; j++) b->pair32[j] = (int16_t)(32 * (b->q[2 * j] + b->q[2 * j + 1]));
+}
 
 // Returns 0 on success, -1 for an unsupported type or shape, -2 when out of memory.
-int ap_linear(const ap_weight *ws, int nw, const float *x, int M, int K, float *const *ys, int nthreads, int use_ref) {
+// path: AP_PATH_BEST, AP_PATH_REFERENCE or AP_PATH_AVX2 (all give the same bits; tests compare them).
+int ap_linear(const ap_weight *ws, int nw, const float *x, int M, int K, float *const *ys, int nthreads, int path) {
     if (nw <= 0 || M <= 0 || K <= 0 || K % 32) return -1;
     int need256 = 0, need32 = 0;
     for (int i = 0; i < nw; i++) {
@@ -54,11 +66,11 @@ int ap_linear(const ap_weight *ws, int nw, const float *x, int M, int K, float *
     if (need256) ok &= alloc_act(&b256, M, K, 256);
     if (need32) ok &= alloc_act(&b32, M, K, 32);
     if (!ok) { free_act(&b256); free_act(&b32); return -2; }
-    if (need256) (use_ref ? ap_quantize_rows_ref : ap_quantize_rows_avx2)(x, M, K, 256, b256.q, b256.d, b256.s16, b256.s32);
-    if (need32) (use_ref ? ap_quantize_rows_ref : ap_quantize_rows_avx2)(x, M, K, 32, b32.q, b32.d, b32.s16, b32.s32);
-    const ap_act act256 = {M, K, 256, b256.q, b256.d, b256.s16, b256.s32, x};
-    const ap_act act32 = {M, K, 32, b32.q, b32.d, b32.s16, b32.s32, x};
-    const ap_act actf = {M, K, 0, NULL, NULL, NULL, NULL, x};
+    if (need256) quantize_act(x, M, K, 256, path, &b256);
+    if (need32) quantize_act(x, M, K, 32, path, &b32);
+    const ap_act act256 = {M, K, 256, b256.q, b256.d, b256.s16, b256.s32, x, b256.pair32};
+    const ap_act act32 = {M, K, 32, b32.q, b32.d, b32.s16, b32.s32, x, NULL};
+    const ap_act actf = {M, K, 0, NULL, NULL, NULL, NULL, x, NULL};
 
     // chunk c of the concatenated weight rows -> (matrix, first row)
     int first_chunk[64 + 1];
@@ -74,17 +86,17 @@ int ap_linear(const ap_weight *ws, int nw, const float *x, int M, int K, float *
         const ap_weight *w = &ws[i];
         const int block = ap_act_block(w->type);
         const ap_act *a = block == 256 ? &act256 : block == 32 ? &act32 : &actf;
-        const ap_dot_fn dot = pick_dot(w->type, use_ref);
+        const ap_dot_fn dot = pick_dot(w->type, path);
         const int n0 = (c - first_chunk[i]) * AP_CHUNK_ROWS;
         const int n1 = n0 + AP_CHUNK_ROWS < w->N ? n0 + AP_CHUNK_ROWS : w->N;
         float tile[AP_ROW_TILE];
-        for (int n = n0; n < n1; n++) {
-            const uint8_t *wrow = w->data + w->row_bytes * (size_t)n;
-            const float bias = w->bias ? w->bias[n] : 0.0f;
-            for (int r0 = 0; r0 < M; r0 += AP_ROW_TILE) {
-                const int R = M - r0 < AP_ROW_TILE ? M - r0 : AP_ROW_TILE;
-                dot(wrow, a, r0, R, tile);
-                for (int r = 0; r < R; r++) ys[i][(size_t)(r0 + r) * w->N + n] = w->bias ? tile[r] + bias : tile[r];
+        // activation tiles outside, the chunk's weight rows inside: with many rows (prefill) a tile
+        // of activations is read from cache once per chunk instead of once per weight row
+        for (int r0 = 0; r0 < M; r0 += AP_ROW_TILE) {
+            const int R = M - r0 < AP_ROW_TILE ? M - r0 : AP_ROW_TILE;
+            for (int n = n0; n < n1; n++) {
+                dot(w->data + w->row_bytes * (size_t)n, a, r0, R, tile);
+                for (int r = 0; r < R; r++) ys[i][(size_t)(r0 + r) * w->N + n] = w->bias ? tile[r] + w->bias[n] : tile[r];
             }
         }
     }
@@ -174,6 +186,6 @@ int ap_dequant_rows(const ap_weight *w, const int64_t *rows, int n, float *out) 
 }
 
 // test hook: the activation quantization alone (block 256 or 32), reference or SIMD path
-void ap_quantize_rows(const float *x, int M, int K, int block, int8_t *q, float *d, int16_t *s16, int16_t *s32, int use_ref) {
-    (use_ref ? ap_quantize_rows_ref : ap_quantize_rows_avx2)(x, M, K, block, q, d, s16, s32);
+void ap_quantize_rows(const float *x, int M, int K, int block, int8_t *q, float *d, int16_t *s16, int16_t *s32, int path) {
+    (path == AP_PATH_REFERENCE ? ap_quantize_rows_ref : ap_quantize_rows_avx2)(x, M, K, block, q, d, s16, s32);
 }
