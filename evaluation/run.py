@@ -24,7 +24,7 @@ import shlex
 import sys
 import warnings
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 if __package__ in (None, ""):
     # run as `python evaluation/run.py`: make the repository root importable
@@ -125,7 +125,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if BASELINE_METHOD not in args.method_names:
         args.method_names.insert(0, BASELINE_METHOD)  # every speedup is measured against it
     if any(m in METHODS_NEEDING_DRAFT for m in args.method_names) and not args.drafts:
-        parser.error("methods anypair and hf-uag need --draft")
+        parser.error(f"methods {', '.join(METHODS_NEEDING_DRAFT)} need --draft")
     if args.n < 1 or args.max_new_tokens < 1 or args.threads < 1:
         parser.error("--n, --max-new-tokens and --threads must be positive")
     return args
@@ -235,42 +235,45 @@ def failure_record(example: Example, method: Method, prompt: BuiltPrompt, error:
     )
 
 
-def pending_work(store: RecordStore, examples_by_task: dict[str, list[Example]], methods: Sequence[Method]) -> int:
+def planned_methods(method_names: Sequence[str], drafts: Sequence[str]) -> list[tuple[str, str]]:
+    """(method, draft) of every method the run asks for: draft methods once per draft."""
+    return [(name, draft) for name in method_names
+            for draft in (drafts if name in METHODS_NEEDING_DRAFT else [""])]
+
+
+def pending_work(store: RecordStore, examples_by_task: dict[str, list[Example]],
+                 methods: Sequence[tuple[str, str]]) -> int:
+    """Generations of (method, draft) not yet recorded."""
     return sum(
-        not store.is_done(example.task, example.example_id, method.name, method.draft_name)
+        not store.is_done(example.task, example.example_id, name, draft)
         for examples in examples_by_task.values()
         for example in examples
-        for method in methods
+        for name, draft in methods
     )
 
 
-def run_all(args: argparse.Namespace, store: RecordStore, examples_by_task: dict[str, list[Example]]) -> None:
-    import torch
+def run_examples(methods: Sequence[Method], store: RecordStore, examples_by_task: dict[str, list[Example]],
+                 decoding: Decoding, prompt_for: Callable[[Example], BuiltPrompt]) -> None:
+    """Every (example, method) not in `store` yet, example after example, appended as soon as it is done.
+    `methods[0]` is the baseline: it runs first on each example, the others in a rotating order."""
     from tqdm import tqdm
 
-    torch.set_num_threads(args.threads)
-    target, drafts = load_models(args.target, args.drafts if any(m in METHODS_NEEDING_DRAFT for m in args.method_names) else [],
-                                 args.weights, args.draft_engine, needs_torch_drafts="hf-uag" in args.method_names,
-                                 needs_torch_target=any(m in TRANSFORMERS_METHODS for m in args.method_names))
-    methods = build_methods(args.method_names, target, drafts, args.threads)
-    decoding = Decoding(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
     greedy = not decoding.do_sample
-    remaining = pending_work(store, examples_by_task, methods)
+    remaining = pending_work(store, examples_by_task, [(m.name, m.draft_name) for m in methods])
     if remaining == 0:
-        print("nothing to do: every (task, example, method) is already in " + str(store.path), file=sys.stderr)
         return
     first_example = next(iter(examples_by_task.values()))[0]
     # one short untimed generation per method: first calls pay for allocations and caches
-    warm_up(methods, build_prompt(first_example, target.member.hf_tokenizer, args.max_prompt_tokens),
-            Decoding(max_new_tokens=WARM_UP_TOKENS))
-    # the bar counts generations still to do (a resumed run starts from what is recorded) and its ETA
-    # is their mean time so far, so it settles after the first examples of every task
+    warm_up(methods, prompt_for(first_example), Decoding(max_new_tokens=WARM_UP_TOKENS))
+    # the bar counts generations still to do (a resumed run starts from what is recorded); its ETA is
+    # their mean time so far (smoothing 0), steadier than a recent rate when tasks alternate
     progress = tqdm(total=remaining, unit="gen", desc="evaluating", dynamic_ncols=True, smoothing=0.0)
     for task, index, example in example_order(examples_by_task):
-        prompt = build_prompt(example, target.member.hf_tokenizer, args.max_prompt_tokens)
+        prompt = None
         for method in interleaved_order(methods, index):  # the baseline first: build_methods puts it there
             if store.is_done(task, example.example_id, method.name, method.draft_name):
                 continue
+            prompt = prompt or prompt_for(example)
             progress.set_postfix_str(f"{task} {example.example_id} {method.name}", refresh=True)
             try:
                 output = method.generate(prompt, decoding)
@@ -285,6 +288,23 @@ def run_all(args: argparse.Namespace, store: RecordStore, examples_by_task: dict
             store.append(make_record(example, method, prompt, output, baseline, greedy))
             progress.update(1)
     progress.close()
+
+
+def run_all(args: argparse.Namespace, store: RecordStore, examples_by_task: dict[str, list[Example]]) -> None:
+    """Loads the models (only when something is left to do), builds the methods and runs what is not recorded."""
+    import torch
+
+    if pending_work(store, examples_by_task, planned_methods(args.method_names, args.drafts)) == 0:
+        print(f"nothing to do: every (task, example, method) is already in {store.path}", file=sys.stderr)
+        return
+    torch.set_num_threads(args.threads)
+    target, drafts = load_models(args.target, args.drafts if any(m in METHODS_NEEDING_DRAFT for m in args.method_names) else [],
+                                 args.weights, args.draft_engine, needs_torch_drafts="hf-uag" in args.method_names,
+                                 needs_torch_target=any(m in TRANSFORMERS_METHODS for m in args.method_names))
+    methods = build_methods(args.method_names, target, drafts, args.threads)
+    decoding = Decoding(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+    run_examples(methods, store, examples_by_task, decoding,
+                 lambda example: build_prompt(example, target.member.hf_tokenizer, args.max_prompt_tokens))
 
 
 def result_settings(args: argparse.Namespace) -> dict:
