@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from anypair.machine import machine_description  # noqa: F401  (run.py reports it through here)
-from evaluation.methods import BASELINE_METHOD, LLAMA_CPP_ALONE
+from evaluation.methods import ALL_METHODS, BASELINE_METHOD, LLAMA_CPP_ALONE
 from evaluation.metrics import SpeedupSummary, summarize_speedups
 from evaluation.records import ExampleRecord
 
@@ -317,8 +317,9 @@ def grouped_bar_panels(summaries: Sequence[MethodSummary], path: Path, figure_of
     drafts = pair_drafts(summaries)
     plotted = [s for s in summaries if figure_of(s) is not None]
     tasks = sorted({s.task for s in plotted})
-    methods = list(dict.fromkeys(s.method for s in plotted))
-    colours = {method: f"C{i}" for i, method in enumerate(methods)}
+    methods = sorted({s.method for s in plotted}, key=lambda m: (ALL_METHODS + (m,)).index(m))
+    # one colour per method in every figure
+    colours = {method: f"C{i}" for i, method in enumerate(ALL_METHODS + tuple(m for m in methods if m not in ALL_METHODS))}
     figure, axes_row = plt.subplots(1, len(drafts), sharey=True, squeeze=False,
                                     figsize=(max(5.0, 1.2 * len(tasks) * max(len(methods), 1) * 0.45 + 1.5) * len(drafts), 4.8))
     for axes, draft in zip(axes_row[0], drafts):
