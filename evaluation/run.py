@@ -401,7 +401,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         settings = result_settings(args)
         examples_by_task = {task: load_task(task, data_dir=args.data_dir, source=args.data_source)[: args.n]
                             for task in args.tasks}
-        run_all(args, store, examples_by_task)
+        try:
+            run_all(args, store, examples_by_task)
+        except KeyboardInterrupt:
+            print(f"\ninterrupted: {len(store.records)} generations are recorded in {store.path}; "
+                  "run the same command to go on", file=sys.stderr)
+            return 130
         records = wanted_records(store, examples_by_task)
     if not records:
         print(f"no results in {store.path} for these tasks", file=sys.stderr)
