@@ -109,6 +109,10 @@ def run_bench_cmd(args) -> int:
     from anypair.benchmarking.report import format_report, save_json
 
     _checked_options(args, drafter="model")
+    if args.sweep:
+        from anypair.benchmarking.sweep import run_sweep_cmd
+
+        return run_sweep_cmd(args, _generator_options(args))
     if args.n < 1 or args.repeats < 1:
         raise InputError(f"--n and --repeats must be at least 1, got {args.n} and {args.repeats}")
     prompts = prompts_from_file(args.prompts, args.n) if args.prompts else humaneval_prompts(args.n)
@@ -172,7 +176,16 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--verify-contexts", default="",
                    help="comma-separated context lengths (e.g. 300,1000,2000,4000) at which to time the target's "
                         "k-token step beside llama.cpp's own k-token decode on the same GGUF")
-    b.add_argument("--json", help="save every figure to this JSON file")
+    b.add_argument("--json", help="save every figure to this JSON file (--sweep: and its table beside it, as .md)")
+    sweep = b.add_argument_group("the seed-style sweep (--sweep): prompt length x new tokens x decoding, EOS ignored")
+    sweep.add_argument("--sweep", action="store_true",
+                       help="per example: prompts of exactly N target tokens cut from CNN/DailyMail articles, each "
+                            "number of new tokens, the target alone and anypair, greedy and sampling, llama.cpp alone beside")
+    sweep.add_argument("--sweep-prompt-lengths", default="256,512", help="comma-separated prompt lengths in target tokens")
+    sweep.add_argument("--sweep-new-tokens", default="64,128,256,512,1024", help="comma-separated numbers of new tokens")
+    sweep.add_argument("--sweep-temperatures", default="0,1.0", help="comma-separated; 0 = greedy")
+    sweep.add_argument("--sweep-examples", type=int, default=1, help="articles per prompt length")
+    sweep.add_argument("--sweep-articles", help="JSONL with an \"article\" per line (default: ../shared/data's CNN/DailyMail)")
     b.set_defaults(func=run_bench_cmd)
     return parser
 

@@ -3,7 +3,9 @@
 Every finished (task, example, method, draft) is one line of `examples.jsonl` in the output
 folder, written as soon as it is done; a restarted run reads the file and skips those keys.
 The settings that change results (models, dtype, decoding) are kept beside it in
-`settings.json`, and a restart with different ones is refused rather than mixed in.
+`settings.json`, and a restart with different ones is refused rather than mixed in. `run.json`
+keeps the latest command, what it asked for and the machine and versions it ran on, so that
+`--report-only` can rewrite the report from the folder alone.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from evaluation.metrics import RougeScores
 
 RECORDS_FILE = "examples.jsonl"
 SETTINGS_FILE = "settings.json"
+RUN_FILE = "run.json"
 
 
 class ResumeError(Exception):
@@ -113,3 +116,19 @@ def check_or_write_settings(out_dir: Path, result_settings: dict) -> None:
         return
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result_settings, indent=2) + "\n")
+
+
+def read_settings(out_dir: Path) -> Optional[dict]:
+    """The result-changing settings the folder's records were made with; None for a folder without a run."""
+    path = Path(out_dir) / SETTINGS_FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def write_run_file(out_dir: Path, description: dict) -> None:
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    (Path(out_dir) / RUN_FILE).write_text(json.dumps(description, indent=2) + "\n")
+
+
+def read_run_file(out_dir: Path) -> Optional[dict]:
+    path = Path(out_dir) / RUN_FILE
+    return json.loads(path.read_text()) if path.exists() else None

@@ -1,5 +1,8 @@
 """Turns per-example records into the run's figures: a JSON file with every figure and the
-settings, a Markdown table, and a PNG of speedup per task and method.
+settings, Markdown tables (one per pair: the target with one draft, beside the methods that use no
+draft), and two PNG figures: speedup per task and method with its interval, one panel per pair
+(`speedup.png`), and tokens per second against llama.cpp alone on the target's GGUF
+(`vs_llama_cpp.png`, when llama.cpp alone ran).
 
 Speedup on an example is a method's tokens per second over the baseline's (the target alone)
 on the same example, so methods that stop at different lengths still compare fairly.
@@ -15,13 +18,14 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from anypair.machine import machine_description  # noqa: F401  (run.py reports it through here)
-from evaluation.methods import BASELINE_METHOD
+from evaluation.methods import ALL_METHODS, BASELINE_METHOD, LLAMA_CPP_ALONE
 from evaluation.metrics import SpeedupSummary, summarize_speedups
 from evaluation.records import ExampleRecord
 
 REPORT_JSON = "report.json"
 REPORT_MARKDOWN = "report.md"
 REPORT_PLOT = "speedup.png"
+LLAMA_CPP_PLOT = "vs_llama_cpp.png"
 
 
 @dataclass
@@ -35,6 +39,8 @@ class MethodSummary:
     new_tokens_mean: float
     prompt_tokens_mean: float
     speedup: Optional[SpeedupSummary]  # None for the baseline itself
+    # tokens per second over llama.cpp alone's on the same example; None without llama.cpp alone
+    versus_llama_cpp: Optional[SpeedupSummary]
     acceptance_rate_mean: Optional[float]
     mean_accepted_per_round: Optional[float]
     identical_rate: Optional[float]  # share of examples whose output equals the baseline's
@@ -97,7 +103,18 @@ def mean_or_none(values: Sequence[Optional[float]]) -> Optional[float]:
     return statistics.fmean(present) if present else None
 
 
-def summarize_group(records: Sequence[ExampleRecord], baseline_by_example: dict[tuple[str, str], ExampleRecord]) -> MethodSummary:
+def ratios_to(records: Sequence[ExampleRecord], reference_by_example: dict[tuple[str, str], ExampleRecord]) -> list[float]:
+    """Per example, tokens per second over the reference method's on the same example."""
+    ratios = []
+    for record in records:
+        reference = reference_by_example.get((record.task, record.example_id))
+        if reference is not None and reference.error is None and reference.tokens_per_second > 0:
+            ratios.append(record.tokens_per_second / reference.tokens_per_second)
+    return ratios
+
+
+def summarize_group(records: Sequence[ExampleRecord], baseline_by_example: dict[tuple[str, str], ExampleRecord],
+                    llama_cpp_by_example: Optional[dict[tuple[str, str], ExampleRecord]] = None) -> MethodSummary:
     failures = [r for r in records if r.error is not None]
     errors = sorted({r.error for r in failures})
     records = [r for r in records if r.error is None]
@@ -105,15 +122,13 @@ def summarize_group(records: Sequence[ExampleRecord], baseline_by_example: dict[
         first = failures[0]
         return MethodSummary(task=first.task, method=first.method, draft=first.draft, n=0, tokens_per_second_mean=0.0,
                              time_to_first_token_s_median=0.0, new_tokens_mean=0.0, prompt_tokens_mean=0.0,
-                             speedup=None, acceptance_rate_mean=None, mean_accepted_per_round=None,
+                             speedup=None, versus_llama_cpp=None, acceptance_rate_mean=None, mean_accepted_per_round=None,
                              identical_rate=None, pass_at_1=None, rouge=None, failed=len(failures), errors=errors)
     first = records[0]
-    speedups = []
-    for record in records:
-        baseline = baseline_by_example.get((record.task, record.example_id))
-        if (baseline is not None and baseline.error is None and baseline.tokens_per_second > 0
-                and record.method != BASELINE_METHOD):
-            speedups.append(record.tokens_per_second / baseline.tokens_per_second)
+    speedups = ratios_to(records, baseline_by_example) if first.method != BASELINE_METHOD else []
+    versus_llama_cpp = None
+    if llama_cpp_by_example and first.method != LLAMA_CPP_ALONE:
+        versus_llama_cpp = summarize_speedups(ratios_to(records, llama_cpp_by_example))
     identical = [r.identical_to_baseline for r in records if r.identical_to_baseline is not None]
     rouge = None
     if any(r.rouge is not None for r in records):
@@ -130,6 +145,7 @@ def summarize_group(records: Sequence[ExampleRecord], baseline_by_example: dict[
         new_tokens_mean=statistics.fmean(r.new_tokens for r in records),
         prompt_tokens_mean=statistics.fmean(r.prompt_tokens for r in records),
         speedup=summarize_speedups(speedups) if first.method != BASELINE_METHOD else None,
+        versus_llama_cpp=versus_llama_cpp,
         acceptance_rate_mean=mean_or_none([r.acceptance_rate for r in records]),
         mean_accepted_per_round=mean_or_none([r.mean_accepted_per_round for r in records]),
         identical_rate=(sum(identical) / len(identical)) if identical else None,
@@ -144,12 +160,13 @@ def summarize(records: Iterable[ExampleRecord], method_order: Sequence[str] = ()
     """One summary per (task, method, draft), in task then method order."""
     records = list(records)
     baseline_by_example = {(r.task, r.example_id): r for r in records if r.method == BASELINE_METHOD}
+    llama_cpp_by_example = {(r.task, r.example_id): r for r in records if r.method == LLAMA_CPP_ALONE}
     groups: dict[tuple[str, str, str], list[ExampleRecord]] = {}
     for record in records:
         groups.setdefault((record.task, record.method, record.draft), []).append(record)
     order = {name: i for i, name in enumerate(method_order)}
     keys = sorted(groups, key=lambda k: (k[0], order.get(k[1], len(order)), k[1], k[2]))
-    return [summarize_group(groups[key], baseline_by_example) for key in keys]
+    return [summarize_group(groups[key], baseline_by_example, llama_cpp_by_example) for key in keys]
 
 
 def short_model_name(name: str) -> str:
@@ -183,16 +200,28 @@ def speedup_cell(summary: MethodSummary, which: str) -> str:
     return f"{value:.2f} [{interval.low:.2f}, {interval.high:.2f}]"
 
 
+def versus_llama_cpp_cell(summary: MethodSummary) -> str:
+    if summary.method == LLAMA_CPP_ALONE:
+        return "1.00 (itself)"
+    ratio = summary.versus_llama_cpp
+    if ratio is None:
+        return "–"
+    return f"{ratio.median:.2f} [{ratio.median_ci.low:.2f}, {ratio.median_ci.high:.2f}]"
+
+
 def markdown_table(summaries: Sequence[MethodSummary]) -> str:
+    """One row per (task, method, draft); a tok/s-over-llama.cpp column when llama.cpp alone ran."""
+    with_llama_cpp = any(s.method == LLAMA_CPP_ALONE for s in summaries)
     header = (
         "| task | method (draft) | n | speedup median [95% CI] | speedup geo-mean [95% CI] | tok/s | TTFT s "
         "| acceptance | accepted/round | identical to baseline | quality |"
+        + (" tok/s over llama.cpp alone, median [95% CI] |" if with_llama_cpp else "")
     )
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for s in summaries:
         if s.n == 0:
             lines.append(f"| {s.task} | {method_label(s)} | 0 ({s.failed} failed) | failed: {'; '.join(s.errors)[:160]} "
-                         "| – | – | – | – | – | – | – |")
+                         "| – | – | – | – | – | – | – |" + (" – |" if with_llama_cpp else ""))
             continue
         lines.append(
             "| "
@@ -210,10 +239,30 @@ def markdown_table(summaries: Sequence[MethodSummary]) -> str:
                     format_optional(None if s.identical_rate is None else 100 * s.identical_rate, "{:.0f}%"),
                     quality_cell(s),
                 ]
+                + ([versus_llama_cpp_cell(s)] if with_llama_cpp else [])
             )
             + " |"
         )
     return "\n".join(lines) + "\n"
+
+
+def pair_drafts(summaries: Sequence[MethodSummary]) -> list[str]:
+    """The drafts of the run, one pair each; [""] when no method used a draft."""
+    return sorted({s.draft for s in summaries if s.draft}) or [""]
+
+
+def of_pair(summaries: Sequence[MethodSummary], draft: str) -> list[MethodSummary]:
+    """The pair's cells: its draft's methods and the methods without a draft (the same figures in every pair)."""
+    return [s for s in summaries if s.draft in ("", draft)]
+
+
+def pair_tables(summaries: Sequence[MethodSummary], target: str) -> str:
+    """One Markdown table per pair (target + draft)."""
+    sections = []
+    for draft in pair_drafts(summaries):
+        title = f"### {short_model_name(target)} + {short_model_name(draft)}" if draft else f"### {short_model_name(target)}"
+        sections.append(title + "\n\n" + markdown_table(of_pair(summaries, draft)))
+    return "\n".join(sections)
 
 
 def glance_table(summaries: Sequence[MethodSummary]) -> str:
@@ -257,43 +306,84 @@ def plot_title(settings: RunSettings) -> str:
             f"{settings.max_new_tokens} new tokens, {decoding}, {settings.engines}, {settings.threads} threads")
 
 
-def plot_speedups(summaries: Sequence[MethodSummary], path: Path, title: str = "") -> None:
-    """Grouped bars: geometric-mean speedup per task, one bar per method (and draft), with its 95% CI."""
+def grouped_bar_panels(summaries: Sequence[MethodSummary], path: Path, figure_of, ylabel: str, title: str = "") -> None:
+    """Bars per task, one per method, one panel per pair; `figure_of(summary)` gives (height, low, high)
+    or None for a summary that has no bar. The dashed line at 1.0 is what the bars are relative to."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    measured = [s for s in summaries if s.speedup is not None]
-    tasks = sorted({s.task for s in measured})
-    labels = sorted({method_label(s) for s in measured})
-    figure, axes = plt.subplots(figsize=(max(6.0, 2.2 * len(tasks) + 0.4 * len(labels)), 4.5))
-    width = 0.8 / max(len(labels), 1)
-    for i, label in enumerate(labels):
-        xs, heights, errors_low, errors_high = [], [], [], []
-        for t, task in enumerate(tasks):
-            match = next((s for s in measured if s.task == task and method_label(s) == label), None)
-            if match is None:
-                continue
-            speedup = match.speedup
-            xs.append(t + (i - (len(labels) - 1) / 2) * width)
-            heights.append(speedup.geometric_mean)
-            errors_low.append(max(speedup.geometric_mean - speedup.geometric_mean_ci.low, 0))
-            errors_high.append(max(speedup.geometric_mean_ci.high - speedup.geometric_mean, 0))
-        axes.bar(xs, heights, width, yerr=[errors_low, errors_high], capsize=3, label=label)
-    axes.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
-    axes.set_xticks(range(len(tasks)), tasks)
-    axes.set_ylabel("speedup over the target alone (geo-mean, 95% CI)")
-    axes.legend(fontsize="small")
+    drafts = pair_drafts(summaries)
+    plotted = [s for s in summaries if figure_of(s) is not None]
+    tasks = sorted({s.task for s in plotted})
+    methods = sorted({s.method for s in plotted}, key=lambda m: (ALL_METHODS + (m,)).index(m))
+    # one colour per method in every figure
+    colours = {method: f"C{i}" for i, method in enumerate(ALL_METHODS + tuple(m for m in methods if m not in ALL_METHODS))}
+    figure, axes_row = plt.subplots(1, len(drafts), sharey=True, squeeze=False,
+                                    figsize=(max(5.0, 1.2 * len(tasks) * max(len(methods), 1) * 0.45 + 1.5) * len(drafts), 4.8))
+    for axes, draft in zip(axes_row[0], drafts):
+        cells = [s for s in of_pair(plotted, draft)]
+        width = 0.8 / max(len(methods), 1)
+        for i, method in enumerate(methods):
+            xs, heights, below, above = [], [], [], []
+            for t, task in enumerate(tasks):
+                match = next((s for s in cells if s.task == task and s.method == method), None)
+                if match is None:
+                    continue
+                height, low, high = figure_of(match)
+                xs.append(t + (i - (len(methods) - 1) / 2) * width)
+                heights.append(height)
+                below.append(max(height - low, 0))
+                above.append(max(high - height, 0))
+            if xs:
+                axes.bar(xs, heights, width, yerr=[below, above], capsize=3, label=method, color=colours[method])
+        axes.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+        axes.set_xticks(range(len(tasks)), tasks, fontsize="small")
+        axes.set_title(f"draft {short_model_name(draft)}" if draft else "no draft", fontsize="small")
+    axes_row[0][0].set_ylabel(ylabel)
+    handles, labels = axes_row[0][0].get_legend_handles_labels()
+    for axes in axes_row[0][1:]:  # a method may be missing from the first panel
+        for handle, label in zip(*axes.get_legend_handles_labels()):
+            if label not in labels:
+                handles.append(handle)
+                labels.append(label)
+    figure.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize="small", frameon=False)
     if title:
-        axes.set_title(title, fontsize="small")
-    figure.tight_layout()
+        figure.suptitle(title, fontsize="small")
+    figure.tight_layout(rect=(0, 0.07, 1, 1))
     figure.savefig(path, dpi=120)
     plt.close(figure)
 
 
+def median_with_interval(summary: Optional[SpeedupSummary]):
+    return None if summary is None else (summary.median, summary.median_ci.low, summary.median_ci.high)
+
+
+def plot_speedups(summaries: Sequence[MethodSummary], path: Path, title: str = "") -> None:
+    """Median speedup over the target alone per task and method, with its 95% bootstrap interval,
+    one panel per pair."""
+    grouped_bar_panels(summaries, path, lambda s: median_with_interval(s.speedup),
+                       "speedup over the target alone\n(median, 95% bootstrap CI)", title)
+
+
+def plot_versus_llama_cpp(summaries: Sequence[MethodSummary], path: Path, title: str = "") -> None:
+    """Tokens per second over llama.cpp alone's (the dashed line) per task and method, one panel per pair."""
+    grouped_bar_panels(summaries, path, lambda s: median_with_interval(s.versus_llama_cpp),
+                       "tok/s over llama.cpp alone on the target's GGUF\n(median, 95% bootstrap CI)", title)
+
+
+def report_files(summaries: Sequence[MethodSummary]) -> list[str]:
+    """The files `write_report` writes for these summaries."""
+    files = [REPORT_MARKDOWN, REPORT_JSON, REPORT_PLOT]
+    if any(s.versus_llama_cpp is not None for s in summaries):
+        files.append(LLAMA_CPP_PLOT)
+    return files
+
+
 def write_report(records: Iterable[ExampleRecord], settings: RunSettings, out_dir: Path) -> list[MethodSummary]:
-    """Writes report.json, report.md and speedup.png into `out_dir`; returns the summaries."""
+    """Writes report.json, report.md, speedup.png and (with llama.cpp alone) vs_llama_cpp.png into
+    `out_dir`; returns the summaries."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     records = list(records)
@@ -310,8 +400,10 @@ def write_report(records: Iterable[ExampleRecord], settings: RunSettings, out_di
         )
     )
     (out_dir / REPORT_MARKDOWN).write_text(
-        markdown_table(summaries) + "\nMedian speedup over the target alone:\n\n" + glance_table(summaries)
+        pair_tables(summaries, settings.target) + "\nMedian speedup over the target alone:\n\n" + glance_table(summaries)
         + "\n" + settings_lines(settings)
     )
     plot_speedups(summaries, out_dir / REPORT_PLOT, plot_title(settings))
+    if LLAMA_CPP_PLOT in report_files(summaries):
+        plot_versus_llama_cpp(summaries, out_dir / LLAMA_CPP_PLOT, plot_title(settings))
     return summaries

@@ -1,17 +1,21 @@
-"""Evaluation harness: speed and quality of anypair against the target alone and against
-transformers' universal assisted generation, on HumanEval, SCROLLS QMSum and CNN/DailyMail.
+"""Evaluation harness: speed and quality of anypair against the target alone, transformers'
+universal assisted generation and llama.cpp alone on the target's GGUF, on HumanEval, SCROLLS QMSum
+and CNN/DailyMail.
 
-    python evaluation/run.py --task all --n 20 --max-new-tokens 128 \\
-        --target Qwen/Qwen2.5-Coder-1.5B-Instruct --draft HuggingFaceTB/SmolLM2-135M-Instruct
+    python evaluation/run.py --out evaluation/measured/pairs128_n20     # the published run
+    python evaluation/run.py --report-only --out evaluation/measured/pairs128_n20
 
-Each model is loaded once and shared by every method. On each example the methods run one
+The defaults are the published run: the three pairs (Qwen2.5-Coder-1.5B-Instruct with SmolLM2-135M-Instruct,
+gemma-3-270m and Qwen2.5-Coder-0.5B-Instruct), all three tasks, 20 examples per task, 128 new tokens,
+greedy. Each model is loaded once and shared by every method. On each example the methods run one
 after another (the baseline first, the others in an order that rotates from example to
 example), so slow drift of the machine falls on all of them alike; every method is warmed up
 before anything is timed. Each finished (task, example, method, draft) is appended to
 <out>/examples.jsonl at once, and a restart skips what is there. `--draft` takes several
 comma-separated drafts: methods that need no draft model (the baseline, prompt lookup) then run
-once per example and are shared by all pairs. At the end <out>/report.json, report.md and
-speedup.png are written (`--report-only` writes them again from examples.jsonl).
+once per example and are shared by all pairs. At the end <out>/report.json, report.md and the
+PNG figures are written; `--report-only --out <folder>` writes them again from examples.jsonl alone
+(no model is loaded, the run's own settings are read from the folder).
 """
 from __future__ import annotations
 
@@ -20,44 +24,67 @@ import shlex
 import sys
 import warnings
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 if __package__ in (None, ""):
     # run as `python evaluation/run.py`: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from evaluation.data import TASKS, Example, load_task
-from evaluation.methods import ALL_METHODS, BASELINE_METHOD, METHODS_NEEDING_DRAFT, LoadedDraft, build_method
+from evaluation.methods import (
+    ALL_METHODS,
+    BASELINE_METHOD,
+    METHODS_NEEDING_DRAFT,
+    TRANSFORMERS_METHODS,
+    LoadedDraft,
+    LoadedTarget,
+    MethodUnavailable,
+    build_method,
+)
 from evaluation.metrics import execute_humaneval, rouge_scores
 from evaluation.prompts import DEFAULT_MAX_PROMPT_TOKENS, BuiltPrompt, build_prompt, humaneval_completion, summary_text
-from evaluation.records import ExampleRecord, RecordStore, check_or_write_settings
+from evaluation.records import (
+    ExampleRecord,
+    RecordStore,
+    ResumeError,
+    check_or_write_settings,
+    read_run_file,
+    read_settings,
+    write_run_file,
+)
 from evaluation.report import (
     RunSettings,
     examples_per_task,
     glance_table,
     machine_description,
-    markdown_table,
     package_versions,
+    pair_tables,
+    report_files,
     write_report,
 )
 
 from anypair.benchmarking.harness import interleaved_order, warm_up
 from anypair.benchmarking.methods import Decoding, Method, MethodOutput
-from anypair.generation.members import LoadedModel
-from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+from anypair.zoo.registry import DEFAULT_TARGET
 
-DEFAULT_METHODS = ("target", "anypair", "anypair-lookup", "hf-uag")
+DEFAULT_METHODS = ("target", "anypair", "anypair-hybrid", "hf-uag", "llama.cpp-alone")
+# the published evaluation's drafts, each paired with the default target (Qwen2.5-Coder-1.5B-Instruct)
+DEFAULT_DRAFTS = ("HuggingFaceTB/SmolLM2-135M-Instruct", "google/gemma-3-270m", "Qwen/Qwen2.5-Coder-0.5B-Instruct")
+DEFAULT_N = 20
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 WARM_UP_TOKENS = 8
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--task", default="all", choices=[*TASKS, "all"])
+    # --task and --n default to None so that --report-only can tell "not given" (report every record
+    # in the folder) from a restriction
+    parser.add_argument("--task", default=None, choices=[*TASKS, "all"], help="default all")
     parser.add_argument("--target", default=DEFAULT_TARGET, help="target model (hub id or local folder)")
-    parser.add_argument("--draft", default=DEFAULT_DRAFT, help="draft model(s), comma-separated")
+    parser.add_argument("--draft", default=",".join(DEFAULT_DRAFTS),
+                        help="draft model(s), comma-separated: one pair per draft (default: the three published drafts)")
     parser.add_argument("--methods", default=",".join(DEFAULT_METHODS), help=f"comma-separated, from {', '.join(ALL_METHODS)}")
-    parser.add_argument("--n", type=int, default=20, help="examples per task (the first N)")
+    parser.add_argument("--n", type=int, default=None, help=f"examples per task (the first N; default {DEFAULT_N})")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (temperature > 0)")
@@ -82,8 +109,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--draft-engine", default="auto", choices=["auto", "torch", "llama.cpp"],
                         help="anypair's draft engine (auto: llama.cpp when installed); transformers' methods get a torch copy")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
-    parser.add_argument("--report-only", action="store_true", help="write the report from <out>/examples.jsonl without running models")
+    parser.add_argument("--report-only", action="store_true",
+                        help="write the tables and figures from <out>/examples.jsonl without loading any model "
+                             "(the run's settings come from the folder; --task and --n restrict it)")
     args = parser.parse_args(argv)
+    args.n_given, args.task_given = args.n is not None, args.task is not None
+    args.n = DEFAULT_N if args.n is None else args.n
+    args.task = args.task or "all"
     args.tasks = list(TASKS) if args.task == "all" else [args.task]
     args.drafts = [d.strip() for d in args.draft.split(",") if d.strip()]
     args.method_names = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -93,22 +125,30 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if BASELINE_METHOD not in args.method_names:
         args.method_names.insert(0, BASELINE_METHOD)  # every speedup is measured against it
     if any(m in METHODS_NEEDING_DRAFT for m in args.method_names) and not args.drafts:
-        parser.error("methods anypair and hf-uag need --draft")
+        parser.error(f"methods {', '.join(METHODS_NEEDING_DRAFT)} need --draft")
     if args.n < 1 or args.max_new_tokens < 1 or args.threads < 1:
         parser.error("--n, --max-new-tokens and --threads must be positive")
     return args
 
 
 def load_models(target_name: str, draft_names: Sequence[str], weights: str, draft_engine: str,
-                needs_torch_drafts: bool) -> tuple[LoadedModel, list[LoadedDraft]]:
-    """The target once (anypair's engine choice; transformers' methods run the same model), each
-    draft once for anypair's engine and, when a transformers method needs it, as a torch model."""
+                needs_torch_drafts: bool, needs_torch_target: bool) -> tuple[LoadedTarget, list[LoadedDraft]]:
+    """The target once on anypair's engine (and, when a transformers method runs and that engine is
+    not torch, once more as a torch model for transformers' generate); each draft once for anypair's
+    engine and, when a transformers method needs it, as a torch model."""
     from anypair.benchmarking.methods import TorchAssistant
     from anypair.generation.members import load_member
 
     print(f"loading {target_name} ...", file=sys.stderr, flush=True)
-    target = load_member(target_name, role="target", weights=weights)
-    print(f"  {target.engine.describe()}; {target.invariance}", file=sys.stderr, flush=True)
+    member = load_member(target_name, role="target", weights=weights)
+    print(f"  {member.engine.describe()}; {member.invariance}", file=sys.stderr, flush=True)
+    torch_copy = None
+    if needs_torch_target:
+        # transformers' generate drives a torch model: its numerics differ from the GGUF engine's, so
+        # its "identical" column compares a torch target's output with the baseline's
+        torch_copy = member if member.engine.engine == "torch" else load_member(target_name, role="target",
+                                                                                 engine="torch", weights=weights)
+    target = LoadedTarget(target_name, member, torch_copy)
     drafts = []
     for name in draft_names:
         print(f"loading {name} ...", file=sys.stderr, flush=True)
@@ -121,14 +161,18 @@ def engines_asked(args: argparse.Namespace) -> str:
     return f"target weights {args.weights}, draft engine {args.draft_engine}"
 
 
-def build_methods(method_names: Sequence[str], target: LoadedModel, drafts: Sequence[LoadedDraft], threads: int) -> list[Method]:
-    """Draftless methods once; draft methods once per draft. The baseline comes first."""
+def build_methods(method_names: Sequence[str], target: LoadedTarget, drafts: Sequence[LoadedDraft], threads: int) -> list[Method]:
+    """Draftless methods once; draft methods once per draft. The baseline comes first. A method this
+    machine cannot run (llama.cpp alone without llama-cpp-python) is left out with one line saying so."""
     methods: list[Method] = []
     for name in method_names:
-        if name in METHODS_NEEDING_DRAFT:
-            methods.extend(build_method(name, target, draft, threads) for draft in drafts)
-        else:
-            methods.append(build_method(name, target, None, threads))
+        try:
+            if name in METHODS_NEEDING_DRAFT:
+                methods.extend(build_method(name, target, draft, threads) for draft in drafts)
+            else:
+                methods.append(build_method(name, target, None, threads))
+        except MethodUnavailable as missing:
+            print(f"left out: {missing}", file=sys.stderr, flush=True)
     methods.sort(key=lambda m: m.name != BASELINE_METHOD)
     return methods
 
@@ -191,39 +235,45 @@ def failure_record(example: Example, method: Method, prompt: BuiltPrompt, error:
     )
 
 
-def pending_work(store: RecordStore, examples_by_task: dict[str, list[Example]], methods: Sequence[Method]) -> int:
+def planned_methods(method_names: Sequence[str], drafts: Sequence[str]) -> list[tuple[str, str]]:
+    """(method, draft) of every method the run asks for: draft methods once per draft."""
+    return [(name, draft) for name in method_names
+            for draft in (drafts if name in METHODS_NEEDING_DRAFT else [""])]
+
+
+def pending_work(store: RecordStore, examples_by_task: dict[str, list[Example]],
+                 methods: Sequence[tuple[str, str]]) -> int:
+    """Generations of (method, draft) not yet recorded."""
     return sum(
-        not store.is_done(example.task, example.example_id, method.name, method.draft_name)
+        not store.is_done(example.task, example.example_id, name, draft)
         for examples in examples_by_task.values()
         for example in examples
-        for method in methods
+        for name, draft in methods
     )
 
 
-def run_all(args: argparse.Namespace, store: RecordStore, examples_by_task: dict[str, list[Example]]) -> None:
-    import torch
+def run_examples(methods: Sequence[Method], store: RecordStore, examples_by_task: dict[str, list[Example]],
+                 decoding: Decoding, prompt_for: Callable[[Example], BuiltPrompt]) -> None:
+    """Every (example, method) not in `store` yet, example after example, appended as soon as it is done.
+    `methods[0]` is the baseline: it runs first on each example, the others in a rotating order."""
     from tqdm import tqdm
 
-    torch.set_num_threads(args.threads)
-    target, drafts = load_models(args.target, args.drafts if any(m in METHODS_NEEDING_DRAFT for m in args.method_names) else [],
-                                 args.weights, args.draft_engine, needs_torch_drafts="hf-uag" in args.method_names)
-    methods = build_methods(args.method_names, target, drafts, args.threads)
-    decoding = Decoding(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
     greedy = not decoding.do_sample
-    remaining = pending_work(store, examples_by_task, methods)
+    remaining = pending_work(store, examples_by_task, [(m.name, m.draft_name) for m in methods])
     if remaining == 0:
-        print("nothing to do: every (task, example, method) is already in " + str(store.path), file=sys.stderr)
         return
     first_example = next(iter(examples_by_task.values()))[0]
     # one short untimed generation per method: first calls pay for allocations and caches
-    warm_up(methods, build_prompt(first_example, target.hf_tokenizer, args.max_prompt_tokens),
-            Decoding(max_new_tokens=WARM_UP_TOKENS))
-    progress = tqdm(total=remaining, unit="gen", desc="evaluating", dynamic_ncols=True)
+    warm_up(methods, prompt_for(first_example), Decoding(max_new_tokens=WARM_UP_TOKENS))
+    # the bar counts generations still to do (a resumed run starts from what is recorded); its ETA is
+    # their mean time so far (smoothing 0), steadier than a recent rate when tasks alternate
+    progress = tqdm(total=remaining, unit="gen", desc="evaluating", dynamic_ncols=True, smoothing=0.0)
     for task, index, example in example_order(examples_by_task):
-        prompt = build_prompt(example, target.hf_tokenizer, args.max_prompt_tokens)
+        prompt = None
         for method in interleaved_order(methods, index):  # the baseline first: build_methods puts it there
             if store.is_done(task, example.example_id, method.name, method.draft_name):
                 continue
+            prompt = prompt or prompt_for(example)
             progress.set_postfix_str(f"{task} {example.example_id} {method.name}", refresh=True)
             try:
                 output = method.generate(prompt, decoding)
@@ -240,55 +290,128 @@ def run_all(args: argparse.Namespace, store: RecordStore, examples_by_task: dict
     progress.close()
 
 
-def run_settings(args: argparse.Namespace, records: Sequence[ExampleRecord], argv: Sequence[str]) -> RunSettings:
+def run_all(args: argparse.Namespace, store: RecordStore, examples_by_task: dict[str, list[Example]]) -> None:
+    """Loads the models (only when something is left to do), builds the methods and runs what is not recorded."""
+    import torch
+
+    if pending_work(store, examples_by_task, planned_methods(args.method_names, args.drafts)) == 0:
+        print(f"nothing to do: every (task, example, method) is already in {store.path}", file=sys.stderr)
+        return
+    torch.set_num_threads(args.threads)
+    target, drafts = load_models(args.target, args.drafts if any(m in METHODS_NEEDING_DRAFT for m in args.method_names) else [],
+                                 args.weights, args.draft_engine, needs_torch_drafts="hf-uag" in args.method_names,
+                                 needs_torch_target=any(m in TRANSFORMERS_METHODS for m in args.method_names))
+    methods = build_methods(args.method_names, target, drafts, args.threads)
+    decoding = Decoding(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+    run_examples(methods, store, examples_by_task, decoding,
+                 lambda example: build_prompt(example, target.member.hf_tokenizer, args.max_prompt_tokens))
+
+
+def result_settings(args: argparse.Namespace) -> dict:
+    """What changes the figures of every record: a folder holds records of one such setting only."""
+    return {
+        "target": args.target,
+        "max_new_tokens": args.max_new_tokens,
+        "temperature": args.temperature,
+        "seed": args.seed,
+        "max_prompt_tokens": args.max_prompt_tokens,
+        "engines": engines_asked(args),
+        "threads": args.threads,
+    }
+
+
+def run_description(args: argparse.Namespace, argv: Sequence[str]) -> dict:
+    """What `--report-only` needs of the run beside its records: the command, what was asked for,
+    and where and with what it was measured (not where the report happens to be written)."""
+    return {
+        "command": "python evaluation/run.py " + " ".join(shlex.quote(a) for a in argv),
+        "n_requested": args.n,
+        "tasks": args.tasks,
+        "drafts": args.drafts,
+        "methods": args.method_names,
+        "data_source": args.data_source,
+        "versions": package_versions(),
+        "machine": machine_description(),
+    }
+
+
+def run_settings(settings: dict, description: dict, records: Sequence[ExampleRecord]) -> RunSettings:
     return RunSettings(
-        target=args.target,
+        target=settings["target"],
         drafts=sorted({r.draft for r in records if r.draft}),
         methods=[m for m in ALL_METHODS if any(r.method == m for r in records)],
         tasks=[t for t in TASKS if any(r.task == t for r in records)],
-        n_requested=args.n,
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        max_prompt_tokens=args.max_prompt_tokens,
-        engines=engines_asked(args),
-        threads=args.threads,
-        data_source=args.data_source,
-        command="python evaluation/run.py " + " ".join(shlex.quote(a) for a in argv),
-        versions=package_versions(),
-        machine=machine_description(),
+        n_requested=description.get("n_requested", DEFAULT_N),
+        max_new_tokens=settings["max_new_tokens"],
+        temperature=settings["temperature"],
+        max_prompt_tokens=settings["max_prompt_tokens"],
+        engines=settings["engines"],
+        threads=settings["threads"],
+        data_source=description.get("data_source", "local"),
+        command=description.get("command", "(not recorded)"),
+        versions=description.get("versions") or package_versions(),
+        machine=description.get("machine") or machine_description(),
         examples_per_task=examples_per_task(records),
     )
+
+
+def wanted_records(store: RecordStore, examples_by_task: dict[str, list[Example]]) -> list[ExampleRecord]:
+    wanted_ids = {(task, e.example_id) for task, examples in examples_by_task.items() for e in examples}
+    return [r for r in store.all() if (r.task, r.example_id) in wanted_ids]
+
+
+def report_only_records(args: argparse.Namespace, store: RecordStore) -> list[ExampleRecord]:
+    """Every record in the folder, or those of the first --n examples of --task when given (the data
+    files are read for their order; no model is loaded)."""
+    if not args.n_given and not args.task_given:
+        return list(store.all())
+    tasks = sorted({r.task for r in store.all()}) if not args.task_given else args.tasks
+    examples_by_task = {task: load_task(task, data_dir=args.data_dir, source=args.data_source)[: args.n]
+                        for task in tasks if task in args.tasks}
+    return wanted_records(store, examples_by_task)
+
+
+def report(records: Sequence[ExampleRecord], settings: RunSettings, out_dir: Path) -> None:
+    summaries = write_report(records, settings, out_dir)
+    print(pair_tables(summaries, settings.target))
+    print(glance_table(summaries))
+    print("written: " + ", ".join(str(out_dir / name) for name in report_files(summaries)))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     warnings.filterwarnings("ignore", message=".*generation flags are not valid.*")
-    check_or_write_settings(
-        args.out,
-        {
-            "target": args.target,
-            "max_new_tokens": args.max_new_tokens,
-            "temperature": args.temperature,
-            "seed": args.seed,
-            "max_prompt_tokens": args.max_prompt_tokens,
-            "engines": engines_asked(args),
-            "threads": args.threads,
-        },
-    )
     store = RecordStore(args.out)
-    examples_by_task = {task: load_task(task, data_dir=args.data_dir, source=args.data_source)[: args.n] for task in args.tasks}
-    if not args.report_only:
-        run_all(args, store, examples_by_task)
-    wanted_ids = {(task, e.example_id) for task, examples in examples_by_task.items() for e in examples}
-    records = [r for r in store.all() if (r.task, r.example_id) in wanted_ids]
+    if args.report_only:
+        settings = read_settings(args.out)
+        if settings is None or not store.path.exists():
+            print(f"evaluation/run.py: {args.out} holds no run (no settings.json or examples.jsonl)", file=sys.stderr)
+            return 1
+        records = report_only_records(args, store)
+        description = read_run_file(args.out) or {}
+    else:
+        try:
+            check_or_write_settings(args.out, result_settings(args))
+        except ResumeError as refusal:
+            print(f"evaluation/run.py: {refusal}", file=sys.stderr)
+            return 2
+        description = run_description(args, argv)
+        write_run_file(args.out, description)
+        settings = result_settings(args)
+        examples_by_task = {task: load_task(task, data_dir=args.data_dir, source=args.data_source)[: args.n]
+                            for task in args.tasks}
+        try:
+            run_all(args, store, examples_by_task)
+        except KeyboardInterrupt:
+            print(f"\ninterrupted: {len(store.records)} generations are recorded in {store.path}; "
+                  "run the same command to go on", file=sys.stderr)
+            return 130
+        records = wanted_records(store, examples_by_task)
     if not records:
         print(f"no results in {store.path} for these tasks", file=sys.stderr)
         return 1
-    summaries = write_report(records, run_settings(args, records, argv), args.out)
-    print(markdown_table(summaries))
-    print(glance_table(summaries))
-    print(f"report: {args.out / 'report.md'}, {args.out / 'report.json'}, {args.out / 'speedup.png'}")
+    report(records, run_settings(settings, description, records), args.out)
     return 0
 
 

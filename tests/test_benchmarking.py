@@ -241,3 +241,101 @@ def test_anypair_bench_end_to_end_on_the_test_pair(zoo_fetch, tmp_path):
     settings = saved["settings"]
     assert settings["target"] == QWEN_SMALL and settings["compare_hf"] is True
     assert set(settings["verify_ms"]) == {"1", "2", "3", "4", "6", "8", "12", "16"} and settings["draft_step_ms"] > 0
+
+
+# ---- anypair bench --sweep -------------------------------------------------------------------------
+
+
+def test_sweep_prompts_are_cut_to_exactly_the_asked_number_of_target_tokens(zoo_fetch):
+    from transformers import AutoTokenizer
+
+    from anypair.benchmarking.sweep import DEFAULT_ARTICLES, articles_from_jsonl, prompt_of_exactly, sweep_prompts
+
+    tokenizer = AutoTokenizer.from_pretrained(zoo_fetch[QWEN_SMALL])  # the 1.5B target's tokenizer
+    articles = articles_from_jsonl(DEFAULT_ARTICLES)
+    prompts = sweep_prompts(tokenizer, articles[:12], [256, 512], per_length=3)
+    for length, found in prompts.items():
+        assert len(found) == 3
+        for prompt in found:
+            assert len(prompt.target_ids(tokenizer)) == length and not prompt.uses_chat_template
+            assert any(article.startswith(prompt.text) for article in articles)
+    assert prompt_of_exactly(tokenizer, "A short article.", 256) is None
+    with pytest.raises(InputError, match="long enough"):
+        sweep_prompts(tokenizer, ["A short article."], [256], per_length=1)
+
+
+class LengthMethod(ScriptedMethod):
+    """Writes `max_new_tokens` ids when EOS is ignored (one id and EOS otherwise), at `speed` tok/s."""
+
+    def __init__(self, name, log, speed):
+        super().__init__(name, log)
+        self.speed = speed
+        self.decodings = []
+
+    def generate(self, prompt, decoding):
+        self.decodings.append(decoding)
+        ids = [1] * decoding.max_new_tokens if decoding.ignore_eos else [1, 0]
+        return MethodOutput(text="x", target_ids=ids, prompt_tokens=len(prompt.text), time_to_first_token_s=0.05,
+                            total_time_s=len(ids) / self.speed, finish_reason="length")
+
+
+def test_the_sweep_table_has_one_row_per_example_length_decoding_and_method(tmp_path):
+    from anypair.benchmarking.sweep import run_sweep, save_sweep, sweep_markdown
+
+    log = []
+    target, anypair, alone = LengthMethod("target", log, 2.0), LengthMethod("anypair-model", log, 3.0), \
+        LengthMethod("llama.cpp-alone", log, 2.5)
+    prompts = {8: [BenchPrompt("x" * 8), BenchPrompt("y" * 8)], 16: [BenchPrompt("z" * 16), BenchPrompt("w" * 16)]}
+    rows = run_sweep([target, anypair, alone], [target, anypair], prompts, [4, 2], [0.0, 1.0], progress=False)
+    assert all(d.ignore_eos for d in target.decodings)  # every length holds
+    assert {d.temperature for d in target.decodings} == {0.0, 1.0}
+    assert all(d.temperature == 0 for d in alone.decodings)  # llama.cpp alone: greedy only
+    # 2 prompt lengths x 2 articles x 2 lengths: 3 methods greedy, 2 sampling
+    assert len(rows) == 8 * 3 + 8 * 2
+    assert {(r.prompt_tokens, r.new_tokens) for r in rows} == {(8, 2), (8, 4), (16, 2), (16, 4)}
+    assert all(r.new_tokens in (2, 4) for r in rows)
+    by_method = {r.method: r for r in rows if (r.prompt_tokens, r.new_tokens, r.decoding, r.article) == (16, 4, "greedy", 1)}
+    assert set(by_method) == {"target", "anypair-model", "llama.cpp-alone"}
+    assert by_method["anypair-model"].speedup == pytest.approx(1.5) and by_method["target"].speedup is None
+    assert by_method["llama.cpp-alone"].tokens_per_s == pytest.approx(2.5)
+    assert by_method["anypair-model"].identical_to_target is True
+    assert {r.decoding for r in rows} == {"greedy", "T=1"}
+
+    settings = {"target": "t", "draft": "d", "threads": 2}
+    markdown = sweep_markdown(rows, settings)
+    table_rows = [line for line in markdown.splitlines() if line.startswith("| 8 |") or line.startswith("| 16 |")]
+    assert len(table_rows) == len(rows)
+    assert "| new tokens | anypair-model, greedy, prompt 8 |" in markdown
+    assert "| 4 | 1.50x |" in markdown
+    markdown_path = save_sweep(rows, settings, str(tmp_path / "sweep.json"))
+    saved = json.loads((tmp_path / "sweep.json").read_text())
+    assert len(saved["rows"]) == len(rows) and saved["settings"] == settings
+    assert markdown_path.read_text() == markdown
+
+
+def test_sweep_options_are_checked_before_any_model_loads(tmp_path):
+    from anypair.cli import main
+
+    assert main(["bench", "--sweep", "--sweep-new-tokens", "64,x"]) == 2
+    assert main(["bench", "--sweep", "--sweep-temperatures", "-1"]) == 2
+    assert main(["bench", "--sweep", "--sweep-articles", str(tmp_path / "missing.jsonl")]) == 2
+
+
+@pytest.mark.slow
+def test_anypair_bench_sweep_end_to_end_on_the_test_pair(zoo_fetch, tmp_path):
+    """`anypair bench --sweep` on Qwen2.5-Coder-0.5B + SmolLM2, a tiny grid: every row has the prompt
+    length and the number of new tokens asked for (EOS ignored), greedy rows are identical."""
+    from anypair.cli import main
+
+    path = tmp_path / "sweep.json"
+    status = main(["bench", "--sweep", "-m", QWEN_SMALL, "-a", SMOL, "--sweep-prompt-lengths", "48",
+                   "--sweep-new-tokens", "3,6", "--sweep-temperatures", "0,1", "--threads", "1", "--json", str(path)])
+    assert status == 0
+    rows = json.loads(path.read_text())["rows"]
+    assert {(r["method"], r["decoding"]) for r in rows} == {
+        ("target", "greedy"), ("anypair-model", "greedy"), ("llama.cpp-alone", "greedy"),
+        ("target", "T=1"), ("anypair-model", "T=1")}
+    assert all(r["prompt_tokens"] == 48 and r["new_tokens"] in (3, 6) for r in rows)
+    assert sorted(r["new_tokens"] for r in rows if r["method"] == "target") == [3, 3, 6, 6]
+    assert all(r["identical_to_target"] for r in rows if r["decoding"] == "greedy" and r["method"] == "anypair-model")
+    assert (tmp_path / "sweep.md").read_text().startswith("Per example")

@@ -138,6 +138,23 @@ def test_speedup_summary_edge_cases():
     assert metrics.summarize_speedups([2.0, float("inf"), 0.0]).n == 1
 
 
+
+def test_bootstrap_interval_is_seeded_contains_the_median_and_can_exclude_a_goal():
+    import numpy as np
+
+    speedups = np.array([0.8, 0.82, 0.84, 0.85, 0.86, 0.87, 0.88, 0.9, 0.92, 1.0])
+    first = metrics.bootstrap_interval(speedups, np.median, resamples=1000, seed=7)
+    assert metrics.bootstrap_interval(speedups, np.median, resamples=1000, seed=7) == first  # same seed, same interval
+    others = {metrics.bootstrap_interval(speedups, np.median, resamples=1000, seed=s) for s in range(5)}
+    assert len(others) > 1  # the interval does come from resampling
+    assert first.low <= float(np.median(speedups)) <= first.high
+    # a claim the data do not support fails: the goal ">= 0.95x median" lies above the interval
+    assert first.high < 0.95
+    summary = metrics.summarize_speedups(speedups, resamples=1000, seed=7)
+    assert summary.median_ci == first and summary.median_ci.high < 0.95 < 1.0
+    # a clearly faster method's interval excludes 1.0 from below
+    assert metrics.summarize_speedups([1.3, 1.4, 1.5, 1.45, 1.35, 1.6], resamples=1000).median_ci.low > 1.0
+
 # ---- records, resuming, report ------------------------------------------------------------------
 
 
@@ -318,3 +335,161 @@ def test_humaneval_prompt_opens_the_reply_with_the_function(qwen_tokenizer):
 def test_an_instruction_longer_than_the_limit_is_refused(qwen_tokenizer):
     with pytest.raises(prompts.PromptError, match="raise --max-prompt-tokens"):
         prompts.build_prompt(data.load_task("scrolls")[0], qwen_tokenizer, max_prompt_tokens=40)
+
+
+
+# ---- resuming a run, refusing another configuration, the report from the folder alone ----------
+
+
+class ScriptedEvaluationMethod:
+    """A method for run.run_examples: writes fixed ids at a fixed speed, logs its timed calls (the
+    warm-up is not logged) and raises KeyboardInterrupt once `budget["calls"]` timed calls are used up."""
+
+    def __init__(self, name, log, budget, draft_name="", tokens_per_second=2.0):
+        self.name, self.draft_name, self.log, self.budget = name, draft_name, log, budget
+        self.tokens_per_second = tokens_per_second
+
+    def generate(self, prompt, decoding):
+        from anypair.benchmarking.methods import MethodOutput
+
+        if decoding.max_new_tokens != run.WARM_UP_TOKENS:
+            if "calls" in self.budget:
+                if self.budget["calls"] == 0:
+                    raise KeyboardInterrupt  # what Ctrl-C or a lost session does mid-run
+                self.budget["calls"] -= 1
+            self.log.append((self.name, self.draft_name, prompt.text))
+        ids = [5, 6, 7, 8]
+        return MethodOutput(text="A summary.", target_ids=ids, prompt_tokens=3, time_to_first_token_s=0.1,
+                            total_time_s=len(ids) / self.tokens_per_second, finish_reason="length")
+
+
+def scripted_run(tmp_path, log, budget):
+    from anypair.benchmarking.methods import Decoding
+
+    examples = {"cnn_dailymail": [data.Example(task="cnn_dailymail", example_id=str(i), document=f"Article {i}.",
+                                               reference="A summary.") for i in range(3)]}
+    methods = [ScriptedEvaluationMethod("target", log, budget),
+               ScriptedEvaluationMethod("anypair", log, budget, draft_name="org/Draft-A", tokens_per_second=3.0),
+               ScriptedEvaluationMethod("llama.cpp-alone", log, budget, tokens_per_second=2.5)]
+    store = records.RecordStore(tmp_path)
+
+    def prompt_for(example):
+        return prompts.BuiltPrompt(text=example.document, prompt_tokens=3, truncated=False, uses_chat_template=False)
+
+    run.run_examples(methods, store, examples, Decoding(max_new_tokens=16), prompt_for)
+    return examples
+
+
+def test_an_interrupted_run_continues_without_redoing_what_is_recorded(tmp_path):
+    first_log = []
+    with pytest.raises(KeyboardInterrupt):
+        scripted_run(tmp_path, first_log, {"calls": 4})
+    assert len(first_log) == 4
+    done_before = set(records.RecordStore(tmp_path).records)
+    assert len(done_before) == 4  # each finished generation was appended at once
+
+    second_log = []
+    scripted_run(tmp_path, second_log, {})
+    assert len(second_log) == 9 - 4
+    redone = [(name, draft, text) for name, draft, text in second_log
+              if ("cnn_dailymail", text.split()[1].rstrip("."), name, draft) in done_before]
+    assert redone == []
+    store = records.RecordStore(tmp_path)
+    assert len(store.records) == 9 and len(store.path.read_text().splitlines()) == 9  # nothing twice
+    # the resumed methods still compare with the baseline recorded before the interruption
+    assert all(store.get("cnn_dailymail", str(i), "anypair", "org/Draft-A").identical_to_baseline for i in range(3))
+
+    third_log = []
+    scripted_run(tmp_path, third_log, {})
+    assert third_log == []  # everything recorded: nothing runs again
+
+
+def test_a_finished_run_loads_no_model_when_run_again(tmp_path, monkeypatch, capsys):
+    args = run.parse_args(["--out", str(tmp_path), "--task", "cnn_dailymail", "--n", "1", "--methods", "target"])
+    example = data.load_task("cnn_dailymail")[0]
+    records.RecordStore(tmp_path).append(synthetic_record("cnn_dailymail", example.example_id, BASELINE_METHOD, "", 2.0))
+    monkeypatch.setattr(run, "load_models", lambda *a, **k: pytest.fail("a finished run must not load models"))
+    run.run_all(args, records.RecordStore(tmp_path), {"cnn_dailymail": [example]})
+    assert "nothing to do" in capsys.readouterr().err
+
+
+def test_a_run_with_other_settings_is_refused_in_one_line_and_not_mixed_in(tmp_path, monkeypatch, capsys):
+    first = ["--out", str(tmp_path), "--task", "cnn_dailymail", "--n", "1"]
+    records.check_or_write_settings(tmp_path, run.result_settings(run.parse_args(first)))
+    records.RecordStore(tmp_path).append(synthetic_record("cnn_dailymail", "241", BASELINE_METHOD, "", 2.0))
+    before = (tmp_path / records.RECORDS_FILE).read_text()
+    monkeypatch.setattr(run, "run_all", lambda *a, **k: pytest.fail("a refused run must not run"))
+    assert run.main(first + ["--max-new-tokens", "64"]) == 2
+    message = capsys.readouterr().err
+    assert message.count("\n") == 1 and "max_new_tokens was 128, now 64" in message and "another --out" in message
+    assert (tmp_path / records.RECORDS_FILE).read_text() == before
+    assert json.loads((tmp_path / records.SETTINGS_FILE).read_text())["max_new_tokens"] == 128
+
+
+def pair_records():
+    """Two pairs (drafts A and B) on two tasks, 5 examples each, with llama.cpp alone beside them."""
+    rows = []
+    for task in ("humaneval", "cnn_dailymail"):
+        for i in range(5):
+            example_id = f"{task}-{i}"
+            rows.append(synthetic_record(task, example_id, BASELINE_METHOD, "", 2.0))
+            rows.append(synthetic_record(task, example_id, "llama.cpp-alone", "", 2.5))
+            for draft, speed in (("org/Draft-A", 2.4 + 0.1 * i), ("org/Draft-B", 1.8 + 0.05 * i)):
+                rows.append(synthetic_record(task, example_id, "anypair", draft, speed, acceptance_rate=0.6,
+                                             mean_accepted_per_round=1.2, rounds=10, identical_to_baseline=True))
+                rows.append(synthetic_record(task, example_id, "anypair-hybrid", draft, speed + 0.2, acceptance_rate=0.5,
+                                             mean_accepted_per_round=1.0, rounds=12, identical_to_baseline=True))
+    return rows
+
+
+def test_report_only_writes_tables_and_figures_from_the_saved_records_alone(tmp_path, monkeypatch, capsys):
+    args = run.parse_args(["--out", str(tmp_path)])
+    records.check_or_write_settings(tmp_path, run.result_settings(args))
+    records.write_run_file(tmp_path, dict(run.run_description(args, ["--out", "evaluation/measured/x"]),
+                                          machine={"cpu": "the measuring machine"}))
+    store = records.RecordStore(tmp_path)
+    for record in pair_records():
+        store.append(record)
+    monkeypatch.setattr(run, "load_models", lambda *a, **k: pytest.fail("--report-only must not load a model"))
+    monkeypatch.setattr(run, "load_task", lambda *a, **k: pytest.fail("--report-only needs no data"))
+
+    assert run.main(["--report-only", "--out", str(tmp_path)]) == 0
+    for name in (report.REPORT_MARKDOWN, report.REPORT_JSON):
+        assert (tmp_path / name).stat().st_size > 0
+    for name in (report.REPORT_PLOT, report.LLAMA_CPP_PLOT):
+        png = (tmp_path / name).read_bytes()
+        assert png.startswith(b"\x89PNG") and len(png) > 5000
+    markdown = (tmp_path / report.REPORT_MARKDOWN).read_text()
+    assert "### Qwen2.5-Coder-1.5B-Instruct + Draft-A" in markdown and "### Qwen2.5-Coder-1.5B-Instruct + Draft-B" in markdown
+    assert "tok/s over llama.cpp alone" in markdown and "| 1.00 (itself) |" in markdown
+    assert "examples per task: humaneval 5, cnn_dailymail 5 (of 20 asked for)" in markdown
+    assert "the measuring machine" in markdown  # the run's machine, not the one writing the report
+    assert "Command: `python evaluation/run.py --out evaluation/measured/x`" in markdown
+    # a cell: pair A, humaneval, anypair: speedups 1.2..1.4 over the target, 0.96..1.12 over llama.cpp
+    saved = json.loads((tmp_path / report.REPORT_JSON).read_text())
+    cell = next(s for s in saved["summaries"]
+                if (s["task"], s["method"], s["draft"]) == ("humaneval", "anypair", "org/Draft-A"))
+    assert cell["speedup"]["median"] == pytest.approx(1.3) and cell["versus_llama_cpp"]["median"] == pytest.approx(1.04)
+    assert cell["speedup"]["median_ci"]["low"] <= 1.3 <= cell["speedup"]["median_ci"]["high"]
+    printed = capsys.readouterr().out
+    assert "### Qwen2.5-Coder-1.5B-Instruct + Draft-A" in printed and "vs_llama_cpp.png" in printed
+
+    # restricted to the first examples of a task, the data order is read (still no model)
+    monkeypatch.setattr(run, "load_task", lambda task, **k: [data.Example(task, f"{task}-{i}", "", "") for i in range(2)])
+    assert run.main(["--report-only", "--out", str(tmp_path), "--task", "humaneval", "--n", "2"]) == 0
+    saved = json.loads((tmp_path / report.REPORT_JSON).read_text())
+    assert {e["task"] for e in saved["examples"]} == {"humaneval"} and len(saved["examples"]) == 2 * 6
+
+
+def test_report_only_on_a_folder_without_a_run_says_so(tmp_path, capsys):
+    assert run.main(["--report-only", "--out", str(tmp_path / "nothing")]) == 1
+    assert "holds no run" in capsys.readouterr().err
+
+
+def test_the_default_run_is_the_published_one():
+    args = run.parse_args([])
+    assert args.n == 20 and args.max_new_tokens == 128 and args.tasks == ["humaneval", "scrolls", "cnn_dailymail"]
+    assert args.drafts == ["HuggingFaceTB/SmolLM2-135M-Instruct", "google/gemma-3-270m", "Qwen/Qwen2.5-Coder-0.5B-Instruct"]
+    assert args.method_names == ["target", "anypair", "anypair-hybrid", "hf-uag", "llama.cpp-alone"]
+    planned = run.planned_methods(args.method_names, args.drafts)
+    assert len(planned) == 2 + 3 * 3 and ("llama.cpp-alone", "") in planned and ("anypair-hybrid", "google/gemma-3-270m") in planned

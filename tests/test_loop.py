@@ -233,6 +233,18 @@ def test_eos_ends_generation_even_inside_an_accepted_proposal():
     assert result.finish_reason == "eos"
 
 
+
+def test_without_end_of_sequence_ids_the_loop_writes_past_eos_to_the_length():
+    """What `ignore_eos=True` asks of the loop (benchmarks whose lengths must hold): the target's EOS
+    is committed like any token and generation ends only at max_new_tokens."""
+    rule = eos_at(9)
+    target = ScriptedTarget(rule)
+    request = DecodeRequest(list(PROMPT), 20, frozenset(), (), DraftRequest(list(PROMPT)))
+    result = DecodeSession(target, TOKENIZER, ScriptedDrafter(right(rule)), GreedyVerifier(), ConstantLength(4),
+                           request).run()
+    assert len(result.target_ids) == 20 and result.finish_reason == "length"
+    assert result.target_ids[9] == EOS
+
 def test_stop_string_cuts_the_text_and_ends_generation():
     reference = target_alone(letters_rule, 40)
     text = TOKENIZER.decode(reference)

@@ -82,6 +82,7 @@ def test_a_request_keeps_its_arguments_in_checked_form():
     assert request.stop_strings == ("\n\n",) and request.max_new_tokens == 7 and not request.assisted
     assert request.sampling.temperature == 0.5 and request.sampling.top_p == 0.9 and request.seeded_sampling
     assert GenerationRequest.of("x", stop=["a", "b"]).stop_strings == ("a", "b")
+    assert not request.ignore_eos and GenerationRequest.of("x", ignore_eos=True).ignore_eos
 
 
 @pytest.mark.parametrize("arguments, fragment", [
@@ -89,6 +90,7 @@ def test_a_request_keeps_its_arguments_in_checked_form():
     ({"prompt": ""}, "empty"), ({"prompt": "x", "max_new_tokens": 0}, "max_new_tokens"),
     ({"prompt": "x", "stop": [""]}, "stop"), ({"prompt": "x", "stop": [3]}, "stop"),
     ({"prompt": "x", "do_sample": True, "temperature": 0}, "temperature"),
+    ({"prompt": "x", "ignore_eos": "yes"}, "ignore_eos"),
 ])
 def test_bad_requests_are_refused(arguments, fragment):
     with pytest.raises(InputError, match=fragment):

@@ -33,13 +33,15 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Decoding:
     """How to decode: greedy when temperature == 0; top_k 0 and top_p 1.0 are off. Sampling methods
-    seed their random draws with `seed`, so one seed gives each method the same chance."""
+    seed their random draws with `seed`, so one seed gives each method the same chance. With
+    `ignore_eos` every method writes exactly `max_new_tokens` (the sweep's lengths must hold)."""
 
     max_new_tokens: int
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
     seed: int = 0
+    ignore_eos: bool = False
 
     @property
     def do_sample(self) -> bool:
@@ -114,7 +116,8 @@ class AnyPairMethod:
         self.assisted = assisted
 
     def generate(self, prompt: BenchPrompt, decoding: Decoding) -> MethodOutput:
-        request: dict[str, Any] = dict(max_new_tokens=decoding.max_new_tokens, assisted=self.assisted)
+        request: dict[str, Any] = dict(max_new_tokens=decoding.max_new_tokens, assisted=self.assisted,
+                                       ignore_eos=decoding.ignore_eos)
         if decoding.do_sample:
             request.update(do_sample=True, temperature=decoding.temperature, top_k=decoding.top_k,
                            top_p=decoding.top_p, seed=decoding.seed)
@@ -257,6 +260,8 @@ class TransformersMethod:
             top_p=decoding.top_p if decoding.do_sample else None,
             eos_token_id=eos,
             pad_token_id=eos[0],
+            # transformers' way of not stopping at EOS: EOS is suppressed until the length is reached
+            min_new_tokens=decoding.max_new_tokens if decoding.ignore_eos else None,
         )
         kwargs: dict[str, Any] = {"generation_config": config}
         if self.assistant is not None:
@@ -282,7 +287,9 @@ class TransformersMethod:
             output = self.target.model.generate(input_ids, attention_mask=torch.ones_like(input_ids), streamer=timer,
                                                 **kwargs)
         total_time = time.perf_counter() - started
-        generated = cut_after_end_of_sequence(output[0, len(prompt_ids):].tolist(), self.target.eos_ids)
+        generated = output[0, len(prompt_ids):].tolist()
+        if not decoding.ignore_eos:
+            generated = cut_after_end_of_sequence(generated, self.target.eos_ids)
         return MethodOutput(
             text=self.target.hf_tokenizer.decode(generated, skip_special_tokens=True),
             target_ids=generated,
@@ -320,7 +327,7 @@ class LlamaCppAloneMethod:
         if decoding.do_sample:
             raise InputError(f"{self.name} runs greedy only: benchmark sampling without it (--no-llama-cpp)")
         prompt_ids = prompt.target_ids(self.target.hf_tokenizer)
-        eos_ids = self.target.eos_ids
+        eos_ids = frozenset() if decoding.ignore_eos else self.target.eos_ids
         self.llama.reset()
         new: list[int] = []
         first = 0.0

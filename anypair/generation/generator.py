@@ -265,8 +265,9 @@ class AnyPairGenerator:
             generator.manual_seed(sampling.seed if sampling.seed is not None else torch.seed())
         messages = list(request.messages) if request.messages is not None else None
         draft_request = DraftRequest(target_ids, prompt=request.prompt, messages=messages)
-        decode_request = DecodeRequest(target_ids, request.max_new_tokens, self.target.eos_ids,
-                                       request.stop_strings, draft_request)
+        # no end-of-sequence ids: the loop then stops only at max_new_tokens (or a stop string)
+        eos_ids = frozenset() if request.ignore_eos else self.target.eos_ids
+        decode_request = DecodeRequest(target_ids, request.max_new_tokens, eos_ids, request.stop_strings, draft_request)
         return DecodeSession(self.target_backend, self.target.tokenizer, self._drafter(plan.drafter, sampling, generator),
                              self._verifier(plan.verifier, sampling, generator), plan.policy, decode_request)
 
@@ -284,19 +285,21 @@ class AnyPairGenerator:
     def generate(self, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
                  max_new_tokens: int = 128, stop: Union[str, Sequence[str], None] = None,
                  do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-                 seed: Optional[int] = None, assisted: bool = True) -> GenerationResult:
-        """Generate up to `max_new_tokens` target tokens; returns text, target ids and statistics."""
+                 seed: Optional[int] = None, assisted: bool = True, ignore_eos: bool = False) -> GenerationResult:
+        """Generate up to `max_new_tokens` target tokens (exactly that many with `ignore_eos=True`, unless a
+        stop string ends it); returns text, target ids and statistics."""
         with self._claim("a generate() call"):
             session = self._session(GenerationRequest.of(
                 prompt, messages=messages, max_new_tokens=max_new_tokens, stop=stop, do_sample=do_sample,
-                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, assisted=assisted))
+                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, assisted=assisted,
+                ignore_eos=ignore_eos))
             self.last_result = session.run()
         return self.last_result
 
     def stream(self, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
                max_new_tokens: int = 128, stop: Union[str, Sequence[str], None] = None,
                do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-               seed: Optional[int] = None, assisted: bool = True) -> Iterator[str]:
+               seed: Optional[int] = None, assisted: bool = True, ignore_eos: bool = False) -> Iterator[str]:
         """Yield text as soon as each token is verified; `last_result` holds the full result after.
 
         From its first chunk until it is exhausted, closed (`.close()`) or dropped, the stream owns
@@ -304,6 +307,7 @@ class AnyPairGenerator:
         with self._claim("an open stream"):
             session = self._session(GenerationRequest.of(
                 prompt, messages=messages, max_new_tokens=max_new_tokens, stop=stop, do_sample=do_sample,
-                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, assisted=assisted))
+                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, assisted=assisted,
+                ignore_eos=ignore_eos))
             yield from session
             self.last_result = session.result

@@ -102,20 +102,24 @@ class GenerationRequest:
     stop_strings: tuple[str, ...]
     sampling: SamplingConfig
     assisted: bool
+    # generate exactly max_new_tokens (stop strings still stop): for benchmarks whose lengths must hold
+    ignore_eos: bool = False
 
     @classmethod
     def of(cls, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
            max_new_tokens: int = 128, stop: Union[str, Sequence[str], None] = None, do_sample: bool = False,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: Optional[int] = None,
-           assisted: bool = True) -> GenerationRequest:
+           assisted: bool = True, ignore_eos: bool = False) -> GenerationRequest:
         """From generate()'s arguments (raises InputError on bad ones)."""
         check_request(prompt, messages, max_new_tokens)
+        if not isinstance(ignore_eos, bool):
+            raise InputError(f"ignore_eos must be True or False, got {ignore_eos!r}")
         stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
         if not all(isinstance(s, str) and s for s in stops):
             raise InputError(f"stop must be a non-empty string or a list of them, got {stop!r}")
         sampling = SamplingConfig(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         return cls(prompt, tuple(messages) if messages is not None else None, max_new_tokens, stops, sampling,
-                   bool(assisted))
+                   bool(assisted), ignore_eos)
 
     @property
     def seeded_sampling(self) -> bool:
