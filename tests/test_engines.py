@@ -152,10 +152,11 @@ def test_llama_cpp_draft_with_fp16_target_is_exact(fp16_target, smol_llama):
 
 
 @pytest.mark.slow
-def test_auto_runs_a_zoo_draft_on_llama_cpp(zoo_fetch):
+def test_auto_runs_a_zoo_draft_on_the_gguf_engine_or_llama_cpp(zoo_fetch):
     from anypair.generation.members import resolve_engine
 
-    assert resolve_engine(SMOL, "auto", "draft") == "llama.cpp"
+    assert resolve_engine(SMOL, "auto", "draft") == "gguf"  # llama arch: anypair's one-call-per-step engine
+    assert resolve_engine("google/gemma-3-270m", "auto", "draft") == "llama.cpp"  # an architecture it does not run
     assert resolve_engine(SMOL, "auto", "target") == "gguf"  # a GGUF-sourced target: anypair's exact engine
     with pytest.raises(InputError, match="GGUF"):
         resolve_engine("/tmp/model.gguf", "torch", "target")

@@ -132,7 +132,7 @@ def test_probe_that_pays_resumes_drafting_at_once():
 
 
 def test_failed_probes_back_off_and_a_paying_probe_resets_the_wait():
-    p = ConfidenceStopLength(maximum=10, probe_every=12, first_probe_after=2)
+    p = ConfidenceStopLength(maximum=10, probe_every=12, first_probe_after=2, give_up_after=6)
     losing = lambda k: RoundFeedback(k, 1, 0, 0.3, step(2), 0.05)
     p.update(losing(p.next_length()))  # the first round loses time: paused
     assert p.net_saving < 0
@@ -283,3 +283,32 @@ def test_num_draft_tokens_for_the_schedules():
         make_policy("adaptive", 0)
     with pytest.raises(ValueError):
         make_policy("best")
+
+
+@pytest.mark.parametrize("make", [lambda: ConfidenceStopLength(maximum=10, probe_every=12, first_probe_after=2),
+                                  lambda: ExpectedRateLength(maximum=10, probe_every=12, first_probe_after=2)])
+def test_after_three_failed_probes_drafting_stays_off_for_the_request(make):
+    """Each probe makes the draft read every token since it last drafted: probing forever for a
+    draft that never pays costs ~10%. Three failures in a row end it until the next request; one
+    probe that pays before that keeps the schedule going."""
+    p = make()
+    p.reset()
+    losing = lambda k: RoundFeedback(k, k, 0, 0.03 * k, 0.25 + 0.2 * k, 0.03)
+    lengths = []
+    for _ in range(200):
+        k = p.next_length()
+        lengths.append(k)
+        p.update(losing(k) if k else plain_round())
+    drafting_rounds = [i for i, k in enumerate(lengths) if k > 0]
+    assert 4 <= len(drafting_rounds) <= 6  # the first rounds (costs still being learnt) and three probes
+    assert drafting_rounds[-1] < 30 and lengths[-100:] == [0] * 100
+    assert p.probes.given_up
+    p.reset()  # a new request drafts again
+    assert not p.probes.given_up and p.next_length() > 0
+
+
+def test_probe_schedule_settings_are_checked():
+    from anypair.policies import ProbeSchedule
+
+    with pytest.raises(ValueError, match="give_up_after"):
+        ProbeSchedule(2, 12, give_up_after=0)

@@ -9,7 +9,8 @@ acceptance rate cannot.
 
 Each round still pays at least one draft step, so the policy also keeps the net time each drafting
 round saved against a plain target step; while that average is negative it pauses drafting
-(length 0) and probes again (see `ProbeSchedule`); a probe that pays resumes drafting at once.
+(length 0) and probes again (see `ProbeSchedule`); a probe that pays resumes drafting at once, and
+after `give_up_after` failed probes in a row drafting stays off for the request.
 
 A small draft is often right with little confidence on text the target writes (code boilerplate
 in another model's style), so the advice is calibrated online (`ConfidenceCalibration`).
@@ -58,7 +59,7 @@ class ConfidenceStopLength(DraftLengthPolicy):
 
     def __init__(self, costs: Optional[CostModel] = None, maximum: int = 12, smoothing: float = 0.3,
                  prior_stop_confidence: float = 0.3, max_calibration: float = 3.0, probe_every: int = 12,
-                 first_probe_after: int = 2) -> None:
+                 first_probe_after: int = 2, give_up_after: int = 3) -> None:
         if maximum < 1:
             raise ValueError(f"the draft length cap must be >= 1, got {maximum}")
         self.costs = costs if costs is not None else TimedCosts(smoothing)
@@ -66,7 +67,7 @@ class ConfidenceStopLength(DraftLengthPolicy):
         self.smoothing = smoothing
         self.prior_stop_confidence = prior_stop_confidence
         self.calibration = ConfidenceCalibration(smoothing, max_calibration)
-        self.probes = ProbeSchedule(first_probe_after, probe_every)
+        self.probes = ProbeSchedule(first_probe_after, probe_every, give_up_after)
         self.reset()
 
     def reset(self, confidence_stopping: bool = False) -> None:
