@@ -201,6 +201,8 @@ def failure_error(failed: Failed, job: Job) -> APIError:
     if isinstance(failed.error, InputError):
         # the generator speaks of its own argument; the client sent max_tokens
         message = " ".join(str(failed.error).replace("max_new_tokens", job.max_tokens_field).split())
+        if failed.param and failed.param not in message:  # "prompt (n tokens) + ..." of a chat request
+            message = f"{failed.param}: {message}"
         return APIError(400, message, param=failed.param, code=failed.code or "invalid_request")
     return APIError(500, f"internal error: {type(failed.error).__name__}: the server's log has the details; "
                          "please report it", error_type=SERVER_ERROR, code="internal_error")
