@@ -35,6 +35,8 @@ QUEUE_SIZE = 8  # the load test's 8 clients: one generating, 7 waiting
 START_TIMEOUT_S = 600  # the first run compiles the GGUF engine's kernels
 
 CODE = "def is_prime(n: int) -> bool:\n"
+SAMPLED = {"temperature": 1.5, "top_p": 0.95, "seed": 3}
+SAMPLED_FLAGS = ["--do-sample", "--temperature", "1.5", "--top-p", "0.95", "--seed", "3"]
 QUESTION = "Write a Python function that reverses a string."
 
 
@@ -94,7 +96,8 @@ def client(server) -> openai.OpenAI:
 
 
 def complete(client: openai.OpenAI, prompt: str, **kwargs) -> str:
-    return client.completions.create(model=TARGET, prompt=prompt, temperature=0, **kwargs).choices[0].text
+    """Greedy unless `kwargs` say otherwise."""
+    return client.completions.create(model=TARGET, prompt=prompt, **{"temperature": 0, **kwargs}).choices[0].text
 
 
 def chat(client: openai.OpenAI, question: str, **kwargs) -> str:
@@ -118,7 +121,8 @@ def expected(server, zoo_fetch) -> dict[str, str]:
     texts = {}
     for name, prompt, flags in (("raw", CODE, ["--raw"]), ("chat", QUESTION, []),
                                 ("raw alone", CODE, ["--raw", "--no-assisted"]),
-                                ("chat alone", QUESTION, ["--no-assisted"])):
+                                ("chat alone", QUESTION, ["--no-assisted"]),
+                                ("raw sampled", CODE, ["--raw", *SAMPLED_FLAGS])):
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             assert main(["generate", prompt, *PAIR_FLAGS, *flags]) == 0
@@ -143,6 +147,13 @@ def test_chat_equals_anypair_generate_and_the_target_alone(client, expected):
     assert response.choices[0].message.role == "assistant" and response.choices[0].message.content.strip()
     # the chat template wraps the question: the prompt is longer than the question's own tokens
     assert response.usage.prompt_tokens > len(QUESTION.split())
+
+
+def test_sampling_fields_reach_the_generator_a_seeded_sample_equals_anypair_generates(client, expected):
+    sampled = complete(client, CODE, **SAMPLED)
+    assert sampled == expected["raw sampled"]
+    assert sampled != expected["raw"]  # the sample is not the greedy text: temperature was not dropped
+    assert complete(client, CODE, **SAMPLED) == sampled  # the same seed, the same sample
 
 
 def test_default_max_tokens_is_the_servers_max_new_tokens(client, expected):
