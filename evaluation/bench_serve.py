@@ -100,7 +100,8 @@ def http_complete(client: openai.OpenAI, model: str, prompt: str, max_tokens: in
     return response, time.perf_counter() - started
 
 
-def run_overhead(gen, server: ServeProcess, model: str, prompts: list[str], max_tokens: int) -> tuple[list[OverheadRun], list[str]]:
+def run_overhead(gen, server: ServeProcess, model: str, prompts: list[str],
+                 max_tokens: int) -> tuple[list[OverheadRun], list[str]]:
     client = server.client()
     runs, texts = [], []
     for i, prompt in enumerate(prompts):

@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Iterator, Optional
+from typing import Iterator
 
 import httpx
 import openai

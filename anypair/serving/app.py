@@ -39,7 +39,7 @@ from anypair.serving.schemas import (
     round_statistics,
     usage,
 )
-from anypair.serving.worker import Chunk, Event, Failed, Finished, GenerationWorker, Job, QueueFull
+from anypair.serving.worker import Chunk, Event, Failed, Finished, GenerationWorker, Job, QueueFull, ServedGenerator
 
 logger = logging.getLogger("anypair.serving")
 
@@ -60,9 +60,8 @@ class ClientGone(Exception):
     """The client closed the connection before its answer was ready."""
 
 
-def create_app(generator: Any, settings: ServeSettings) -> FastAPI:
-    """The application serving `generator` (an AnyPairGenerator, or anything with its `stream`,
-    `last_result`, `engines`, `target` and `target_backend`)."""
+def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
+    """The application serving `generator` (an AnyPairGenerator, loaded once)."""
     worker = GenerationWorker(generator, settings.queue_size)
 
     @asynccontextmanager

@@ -39,20 +39,26 @@ class _GenerationFields(_Body):
 
     model: str = Field(description="the model's id, as GET /v1/models lists it")
     max_tokens: Optional[int] = Field(
-        None, gt=0, strict=True, description="the most new tokens to generate: a positive integer that, added to the prompt's "
-                                "tokens, fits the model's context (default: the server's --max-new-tokens)")
+        None, gt=0, strict=True,
+        description="the most new tokens to generate: a positive integer that, added to the prompt's tokens, fits "
+                    "the model's context (default: the server's --max-new-tokens)")
     temperature: Optional[float] = Field(
-        None, ge=0, le=2, strict=True, description="a number from 0 to 2: 0 is greedy (the target's own output, token for token), "
-                                      "above 0 samples exactly from the target's distribution (default 1)")
-    top_p: Optional[float] = Field(None, gt=0, le=1, strict=True, description="a number above 0 and at most 1 (1: off, the default)")
-    top_k: Optional[int] = Field(None, ge=0, strict=True, description="an integer >= 0 (0: off, the default); not in OpenAI's API")
-    seed: Optional[int] = Field(None, strict=True, description="an integer: the same seed, request and server give the same sample")
-    stop: Union[NonEmptyStr, Annotated[list[NonEmptyStr], Field(min_length=1, max_length=MAX_STOP_STRINGS)], None] = Field(
-        None, description=f"a non-empty string or a list of 1 to {MAX_STOP_STRINGS} of them: the text ends before the "
-                          "first one")
+        None, ge=0, le=2, strict=True,
+        description="a number from 0 to 2: 0 is greedy (the target's own output, token for token), above 0 samples "
+                    "exactly from the target's distribution (default 1)")
+    top_p: Optional[float] = Field(
+        None, gt=0, le=1, strict=True, description="a number above 0 and at most 1 (1: off, the default)")
+    top_k: Optional[int] = Field(
+        None, ge=0, strict=True, description="an integer >= 0 (0: off, the default); not in OpenAI's API")
+    seed: Optional[int] = Field(
+        None, strict=True, description="an integer: the same seed, request and server give the same sample")
+    stop: Union[NonEmptyStr, Annotated[list[NonEmptyStr], Field(min_length=1, max_length=MAX_STOP_STRINGS)], None] = \
+        Field(None, description=f"a non-empty string or a list of 1 to {MAX_STOP_STRINGS} of them: the text ends "
+                                "before the first one")
     stream: Optional[bool] = Field(None, strict=True, description="true or false: true streams server-sent events")
     stream_options: Optional[StreamOptions] = Field(None, description='an object such as {"include_usage": true}')
-    n: Optional[int] = Field(None, ge=1, le=1, strict=True, description="1 (one choice per request; send n requests for n choices)")
+    n: Optional[int] = Field(
+        None, ge=1, le=1, strict=True, description="1 (one choice per request; send n requests for n choices)")
 
     @property
     def max_tokens_field(self) -> str:
@@ -95,7 +101,8 @@ class ChatCompletionRequest(_GenerationFields):
     messages: list[ChatMessage] = Field(
         min_length=1, description='a non-empty list of {"role": ..., "content": ...} messages')
     max_completion_tokens: Optional[int] = Field(
-        None, gt=0, strict=True, description="OpenAI's newer name of max_tokens: a positive integer (wins over max_tokens)")
+        None, gt=0, strict=True,
+        description="OpenAI's newer name of max_tokens: a positive integer (wins over max_tokens)")
 
     @property
     def max_tokens_field(self) -> str:

@@ -20,12 +20,23 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Iterator, Optional, Protocol, Union
 
 from anypair.errors import InputError
 from anypair.types import GenerationResult
 
 logger = logging.getLogger("anypair.serving")
+
+
+class ServedGenerator(Protocol):
+    """What the server uses of an AnyPairGenerator (a test can stand in for one with these)."""
+
+    last_result: Optional[GenerationResult]
+    engines: str
+    target: Any  # `.render(prompt, messages) -> ids`, `.has_chat_template`
+    target_backend: Any  # `.max_context`
+
+    def stream(self, prompt: Optional[str] = None, **arguments: Any) -> Iterator[str]: ...
 
 
 @dataclass(frozen=True)
@@ -61,7 +72,7 @@ class Job:
     arguments: dict[str, Any]
     loop: asyncio.AbstractEventLoop
     max_tokens_field: str = "max_tokens"  # the body's name of max_new_tokens, for errors
-    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     enqueued_at: float = field(default_factory=time.perf_counter)
     chunks_sent: int = 0
@@ -84,7 +95,7 @@ class QueueFull(Exception):
 class GenerationWorker:
     """The thread that owns the generator. `submit` from the event loop; events come back on the job."""
 
-    def __init__(self, generator: Any, queue_size: int) -> None:
+    def __init__(self, generator: ServedGenerator, queue_size: int) -> None:
         if queue_size < 1:
             raise InputError(f"the queue size must be at least 1, got {queue_size}")
         self.generator = generator
