@@ -70,6 +70,17 @@ class RunningServer:
         for line in pipe:
             sink(line)
 
+    def wait_for_log(self, text: str, timeout_s: float = 10.0) -> list[str]:
+        """The log lines holding `text`, once there is one (stderr is read by a thread: a line the
+        server wrote before answering may reach `log` a moment after the answer)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            lines = [line for line in self.log if text in line]
+            if lines:
+                return lines
+            time.sleep(0.05)
+        return []
+
     def client(self, **kwargs) -> openai.OpenAI:
         # no retries: a 503 or an error must reach the test as it is
         return openai.OpenAI(base_url=self.url, api_key="none", max_retries=0, timeout=300, **kwargs)
@@ -244,7 +255,7 @@ def test_a_client_leaving_mid_stream_frees_the_generator(server, client, expecte
     stream.close()
 
     assert chat(client, QUESTION) == expected["chat"]  # the next request: served, and right
-    cancelled = [line for line in server.log if "cancelled after" in line]
+    cancelled = server.wait_for_log("cancelled after")
     assert len(cancelled) == 1, server.log[-10:]
     chunks = int(cancelled[0].split("cancelled after ")[1].split()[0])
     assert chunks < 20  # stopped within a few rounds of the disconnect, not after ~400 tokens
