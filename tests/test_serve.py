@@ -141,7 +141,7 @@ def expected(server, zoo_fetch) -> dict[str, str]:
     return texts
 
 
-def test_completion_equals_anypair_generate_and_the_target_alone(client, expected):
+def test_completion_equals_anypair_generate_and_the_target_alone(server, client, expected):
     response = client.completions.create(model=TARGET, prompt=CODE, max_tokens=N_NEW, temperature=0)
     assert response.choices[0].text == expected["raw"] == expected["raw alone"]
     assert response.choices[0].text.strip()  # a test of equal empty strings would prove nothing
@@ -149,6 +149,11 @@ def test_completion_equals_anypair_generate_and_the_target_alone(client, expecte
     assert response.usage.completion_tokens <= N_NEW and response.usage.prompt_tokens > 0
     stats = response.model_extra["anypair"]
     assert stats["rounds"] >= 1 and 0 <= stats["acceptance_rate"] <= 1 and "draft" in stats["engines"]
+    # one log line for the request: its id, prompt and new tokens, tok/s, acceptance
+    (line,) = server.wait_for_log(response.id)
+    assert f"prompt={response.usage.prompt_tokens} new={response.usage.completion_tokens} " in line
+    assert " tok/s " in line
+    assert abs(float(line.split("acceptance=")[1].split()[0]) - stats["acceptance_rate"]) <= 0.005
 
 
 def test_chat_equals_anypair_generate_and_the_target_alone(client, expected):
