@@ -165,6 +165,8 @@ class GenerationWorker:
             started = time.perf_counter()
             try:
                 self._generate(job, queue_wait_s=started - job.enqueued_at)
+            except Exception:  # the thread must outlive any one request, or every later one would hang
+                logger.exception("%s: the worker could not report on the request", job.request_id)
             finally:
                 self.running = None
                 took = time.perf_counter() - started
@@ -172,27 +174,31 @@ class GenerationWorker:
 
     def _generate(self, job: Job, queue_wait_s: float) -> None:
         stream = self.generator.stream(**job.arguments)
+        left = False
         try:
             for text in stream:
                 job.emit(Chunk(text))
                 job.chunks_sent += 1
                 if job.cancelled.is_set():
+                    left = True
                     break
-            else:
-                self.served += 1
-                job.emit(Finished(self.generator.last_result, queue_wait_s))
-                return
-            self.cancelled += 1
-            logger.info("%s cancelled after %d chunks (the client left); the generator is free",
-                        job.request_id, job.chunks_sent)
         except InputError as exc:
             param, code = self._blame(job)
             job.emit(Failed(exc, param, code))
+            return
         except Exception as exc:  # a bug: the handler answers 500, the log keeps the traceback
             logger.exception("%s failed", job.request_id)
             job.emit(Failed(exc))
+            return
         finally:
             stream.close()  # a stream left open would keep its claim on the generator
+        if left:
+            self.cancelled += 1
+            logger.info("%s cancelled after %d chunks (the client left); the generator is free",
+                        job.request_id, job.chunks_sent)
+        else:
+            self.served += 1
+            job.emit(Finished(self.generator.last_result, queue_wait_s))
 
     def _blame(self, job: Job) -> tuple[str, Optional[str]]:
         """The field an InputError of the generator is about. The prompt's length is only measured
