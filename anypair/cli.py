@@ -125,7 +125,7 @@ def run_serve(args) -> int:
     sock = listening_socket(args.host, args.port)
     gen = _load_pair(args, options)
     settings = ServeSettings(model_name=args.model_name or str(args.model), queue_size=args.queue_size,
-                             default_max_tokens=args.max_new_tokens)
+                             default_max_tokens=args.max_new_tokens, allowed_origins=tuple(args.allow_origin))
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
     log = logging.getLogger("anypair.serving")
@@ -204,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--queue-size", type=int, default=16,
                    help="requests that may wait while one generates (default 16); one more is answered 503")
     s.add_argument("--model-name", help="the model id clients send (default: -m as given)")
+    s.add_argument("--allow-origin", action="append", default=[],
+                   help="a web origin whose pages may call the server (CORS), e.g. http://localhost:3000, or '*'; "
+                        "repeatable (default: none)")
     s.set_defaults(func=run_serve)
 
     b = sub.add_parser("bench", help="target alone vs assisted, side by side, per example and medians")

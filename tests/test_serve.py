@@ -391,3 +391,22 @@ def test_a_full_queue_answers_503_with_retry_after_and_health_answers_meanwhile(
             assert rest and rest[-1].choices[0].finish_reason == "length"
             assert waiting.result().choices[0].text == "held"  # the waiting request was not lost
         assert client.completions.create(model="m", prompt="d").choices[0].text == "held"  # room again
+
+
+def test_allowed_origins_get_cors_headers_and_others_do_not():
+    from anypair.serving import ServeSettings, create_app
+    from anypair.serving.server import server_in_thread
+
+    held = HeldGenerator()
+    held.release.set()
+    settings = ServeSettings(model_name="m", allowed_origins=("http://localhost:3000",))
+    with server_in_thread(create_app(held, settings)) as root:
+        preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"}
+        allowed = httpx.options(f"{root}/v1/completions", headers={"Origin": "http://localhost:3000", **preflight})
+        assert allowed.status_code == 200
+        assert allowed.headers["access-control-allow-origin"] == "http://localhost:3000"
+        other = httpx.options(f"{root}/v1/completions", headers={"Origin": "http://evil.example", **preflight})
+        assert "access-control-allow-origin" not in other.headers
+        answer = httpx.post(f"{root}/v1/completions", json={"model": "m", "prompt": "a"},
+                            headers={"Origin": "http://localhost:3000"})
+        assert answer.status_code == 200 and answer.headers["access-control-allow-origin"] == "http://localhost:3000"

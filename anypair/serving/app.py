@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Optional, Union
 
 from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from fastapi.sse import EventSourceResponse, format_sse_event
 
@@ -54,6 +55,9 @@ class ServeSettings:
     model_name: str  # the id clients send as `model` (the target's name by default)
     queue_size: int = 16  # requests that may wait while one generates; one more gets 503
     default_max_tokens: int = 128  # for requests that leave max_tokens out
+    # web pages (origins such as "http://localhost:3000", or "*") whose scripts may call the server:
+    # a chat front end in a browser needs its origin here; none by default
+    allowed_origins: tuple[str, ...] = ()
 
 
 class ClientGone(Exception):
@@ -76,6 +80,9 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
                   lifespan=lifespan)
     app.state.worker = worker
     install_error_handlers(app)
+    if settings.allowed_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(settings.allowed_origins), allow_methods=["GET", "POST"],
+                           allow_headers=["*"], expose_headers=["Retry-After"])
     started = int(time.time())
 
     @app.get("/health")
