@@ -1,4 +1,4 @@
-"""The `anypair` command line: fetch, inspect, generate, bench."""
+"""The `anypair` command line: fetch, inspect, generate, serve, bench."""
 from __future__ import annotations
 
 import argparse
@@ -57,11 +57,18 @@ def _checked_options(args, drafter: str):
     return GeneratorOptions.of(drafter=drafter, **_generator_options(args))
 
 
+def _load_pair(args, options, assisted: bool = True):
+    """The generator of `generate` and `serve`: the target and, unless the options need none, the draft."""
+    from anypair.generation.generator import AnyPairGenerator
+
+    draft = None if not assisted or options.drafter == "lookup" else args.assistant_model
+    return AnyPairGenerator.from_options(args.model, draft, options)
+
+
 def run_generate(args) -> int:
     from rich.console import Console
 
     from anypair.generation.checks import check_text
-    from anypair.generation.generator import AnyPairGenerator
     from anypair.types import SamplingConfig
 
     # --no-assisted runs the target alone: no draft model to load, whatever --drafter says
@@ -70,8 +77,7 @@ def run_generate(args) -> int:
     SamplingConfig(do_sample=args.do_sample, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                    seed=args.seed)
     console = Console(stderr=True)
-    draft = None if args.no_assisted or options.drafter == "lookup" else args.assistant_model
-    gen = AnyPairGenerator.from_options(args.model, draft, options)
+    gen = _load_pair(args, options, assisted=not args.no_assisted)
     chat = not args.raw and gen.target.has_chat_template
     request = dict(max_new_tokens=args.max_new_tokens, stop=args.stop or None, do_sample=args.do_sample,
                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
@@ -100,6 +106,38 @@ def run_generate(args) -> int:
     console.print(f"[dim]engines: {gen.engines}[/dim]")
     if s.draft_failed:
         console.print(f"[yellow]drafting was disabled: {s.draft_failure_reason}[/yellow]")
+    return 0
+
+
+def run_serve(args) -> int:
+    import logging
+
+    from anypair.serving.app import ServeSettings, create_app
+    from anypair.serving.server import listening_socket, run_server
+
+    options = _checked_options(args, drafter=args.drafter)
+    if args.queue_size < 1:
+        raise InputError(f"--queue-size must be at least 1 (requests that may wait while one generates), "
+                         f"got {args.queue_size}")
+    if args.max_new_tokens < 1:
+        raise InputError(f"--max-new-tokens must be a positive integer, got {args.max_new_tokens}")
+    # the port is taken before the models load: a busy port fails in a second, not after a minute
+    sock = listening_socket(args.host, args.port)
+    gen = _load_pair(args, options)
+    settings = ServeSettings(model_name=args.model_name or str(args.model), queue_size=args.queue_size,
+                             default_max_tokens=args.max_new_tokens, allowed_origins=tuple(args.allow_origin))
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    log = logging.getLogger("anypair.serving")
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+
+    def ready(url: str) -> None:
+        # stdout is the answer: the address, for a script to read; the rest goes to stderr
+        print(f"anypair serve: {settings.model_name} at {url}/v1", flush=True)
+        print(f"engines: {gen.engines}; queue: {settings.queue_size}; Ctrl-C stops", file=sys.stderr, flush=True)
+
+    run_server(create_app(gen, settings), sock, ready)
     return 0
 
 
@@ -162,6 +200,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--seed", type=int, default=None)
     g.set_defaults(func=run_generate)
+
+    s = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions)")
+    _add_model_args(s)
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    s.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080; 0: any free port)")
+    s.add_argument("--queue-size", type=int, default=16,
+                   help="requests that may wait while one generates (default 16); one more is answered 503")
+    s.add_argument("--model-name", help="the model id clients send (default: -m as given)")
+    s.add_argument("--allow-origin", action="append", default=[],
+                   help="a web origin whose pages may call the server (CORS), e.g. http://localhost:3000, or '*'; "
+                        "repeatable (default: none)")
+    s.set_defaults(func=run_serve)
 
     b = sub.add_parser("bench", help="target alone vs assisted, side by side, per example and medians")
     _add_model_args(b)

@@ -1,0 +1,225 @@
+"""The FastAPI application: OpenAI's endpoints over one loaded generator.
+
+    GET  /health                 answers at once, also while a request generates
+    GET  /v1/models              the one model served
+    POST /v1/completions         raw text to continue
+    POST /v1/chat/completions    a conversation, through each model's own chat template
+
+A request is checked (pydantic, then what needs the model: its name, its context), queued on the
+worker, and answered from the worker's events: one JSON body, or server-sent events, one per
+verified piece of text, ending with `data: [DONE]`. Greedy requests (temperature 0) return the
+target's own greedy text, as `anypair generate` and `AnyPairGenerator.generate` do.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Optional, Union
+
+from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse, Response
+from fastapi.sse import EventSourceResponse, format_sse_event
+
+from anypair.errors import InputError
+from anypair.serving.errors import SERVER_ERROR, APIError, install_error_handlers
+from anypair.serving.schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ResponseIds,
+    chat_body,
+    chat_chunk,
+    completion_body,
+    completion_chunk,
+    finish_reason,
+    round_statistics,
+    usage,
+)
+from anypair.serving.worker import Chunk, Event, Failed, Finished, GenerationWorker, Job, QueueFull, ServedGenerator
+
+logger = logging.getLogger("anypair.serving")
+
+# how often a handler waiting for its turn checks that its client is still there
+DISCONNECT_POLL_S = 0.25
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What the server adds to the generator's own options."""
+
+    model_name: str  # the id clients send as `model` (the target's name by default)
+    queue_size: int = 16  # requests that may wait while one generates; one more gets 503
+    default_max_tokens: int = 128  # for requests that leave max_tokens out
+    # web pages (origins such as "http://localhost:3000", or "*") whose scripts may call the server:
+    # a chat front end in a browser needs its origin here; none by default
+    allowed_origins: tuple[str, ...] = ()
+
+
+class ClientGone(Exception):
+    """The client closed the connection before its answer was ready."""
+
+
+def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
+    """The application serving `generator` (an AnyPairGenerator, loaded once)."""
+    worker = GenerationWorker(generator, settings.queue_size)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        worker.start()
+        try:
+            yield
+        finally:
+            worker.stop()
+
+    app = FastAPI(title="anypair", summary="lossless speculative decoding with a draft of any tokenizer",
+                  lifespan=lifespan)
+    app.state.worker = worker
+    install_error_handlers(app)
+    if settings.allowed_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(settings.allowed_origins), allow_methods=["GET", "POST"],
+                           allow_headers=["*"], expose_headers=["Retry-After"])
+    started = int(time.time())
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "model": settings.model_name, "generating": worker.running is not None,
+                "queued": worker.waiting, "queue_size": worker.queue_size, "served": worker.served,
+                "cancelled": worker.cancelled}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        model = {"id": settings.model_name, "object": "model", "created": started, "owned_by": "anypair",
+                 "anypair": {"engines": generator.engines}}
+        return {"object": "list", "data": [model]}
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request) -> Response:
+        return await serve(request, body, prompt=body.prompt_text, messages=None)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+        if not generator.target.has_chat_template:
+            raise APIError(400, f"{settings.model_name} has no chat template: send the conversation as raw text to "
+                                "POST /v1/completions", param="messages", code="no_chat_template")
+        return await serve(request, body, prompt=None, messages=body.message_dicts)
+
+    async def serve(request: Request, body: Union[CompletionRequest, ChatCompletionRequest], *,
+                    prompt: Optional[str], messages: Optional[list[dict]]) -> Response:
+        chat = messages is not None
+        job = Job(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
+                  generation_arguments(body, prompt, messages), asyncio.get_running_loop(),
+                  max_tokens_field=body.max_tokens_field)
+        try:
+            worker.submit(job)
+        except QueueFull as full:
+            raise APIError(503, f"the server is busy: {worker.queue_size} requests already wait for the generator; "
+                                f"retry in {full.retry_after_s} s (the Retry-After header)",
+                           error_type=SERVER_ERROR, code="queue_full",
+                           headers={"Retry-After": str(full.retry_after_s)}) from None
+        try:
+            first = await next_event(job, request)
+            if isinstance(first, Failed):
+                raise failure_error(first, job)
+            ids = ResponseIds(job.request_id, settings.model_name)
+            if body.stream:
+                include_usage = bool(body.stream_options and body.stream_options.include_usage)
+                return EventSourceResponse(stream_events(job, first, ids, chat, include_usage),
+                                           headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            event = first
+            while not isinstance(event, Finished):
+                if isinstance(event, Failed):
+                    raise failure_error(event, job)
+                event = await next_event(job, request)
+        except ClientGone:
+            # nobody reads the answer; the worker logs the request's line when it drops the job
+            return Response(status_code=499)
+        log_request(job, event)
+        build = chat_body if chat else completion_body
+        return JSONResponse(build(ids, event.result, statistics(event)))
+
+    def generation_arguments(body: Union[CompletionRequest, ChatCompletionRequest], prompt: Optional[str],
+                             messages: Optional[list[dict]]) -> dict[str, Any]:
+        if body.model != settings.model_name:
+            raise APIError(404, f"model {body.model!r} is not served here: use {settings.model_name!r} "
+                                "(GET /v1/models lists it)", param="model", code="model_not_found")
+        max_new_tokens = body.requested_max_tokens or settings.default_max_tokens
+        context = generator.target_backend.max_context
+        if max_new_tokens >= context:
+            raise APIError(400, f"{body.max_tokens_field} ({max_new_tokens}) does not fit the model's context of "
+                                f"{context} tokens, which also holds the prompt: ask for fewer tokens",
+                           param=body.max_tokens_field, code="context_length_exceeded")
+        temperature = 1.0 if body.temperature is None else body.temperature
+        return dict(prompt=prompt, messages=messages, max_new_tokens=max_new_tokens, stop=body.stop,
+                    # temperature 0 is OpenAI's greedy; SamplingConfig wants a positive one only when sampling
+                    do_sample=temperature > 0, temperature=temperature if temperature > 0 else 1.0,
+                    top_p=1.0 if body.top_p is None else body.top_p, top_k=body.top_k or 0, seed=body.seed)
+
+    def statistics(finished: Finished) -> dict[str, Any]:
+        return round_statistics(finished.result, generator.engines, finished.queue_wait_s)
+
+    async def stream_events(job: Job, first: Event, ids: ResponseIds, chat: bool,
+                            include_usage: bool) -> AsyncIterator[bytes]:
+        try:
+            if chat:  # OpenAI's first chat chunk names the role
+                yield sse(chat_chunk(ids, {"role": "assistant", "content": ""}))
+            event = first
+            while True:
+                if isinstance(event, Chunk):
+                    yield sse(chat_chunk(ids, {"content": event.text}) if chat else completion_chunk(ids, event.text))
+                elif isinstance(event, Finished):
+                    reason = finish_reason(event.result)
+                    last = chat_chunk(ids, {}, reason) if chat else completion_chunk(ids, "", reason)
+                    yield sse({**last, "anypair": statistics(event)})
+                    if include_usage:
+                        yield sse({**ids.header(last["object"]), "choices": [], "usage": usage(event.result)})
+                    yield format_sse_event(data_str="[DONE]")
+                    log_request(job, event)
+                    return
+                else:  # the generator broke after its first piece: the status line is already sent
+                    yield sse(failure_error(event, job).body())
+                    yield format_sse_event(data_str="[DONE]")
+                    return
+                event = await job.events.get()
+        finally:
+            # the client left (the response was cancelled) or the stream ended: a no-op then
+            job.cancel()
+
+    return app
+
+
+async def next_event(job: Job, request: Request) -> Event:
+    """The job's next event; ClientGone (and the job cancelled) if the client leaves meanwhile."""
+    while True:
+        try:
+            return await asyncio.wait_for(job.events.get(), DISCONNECT_POLL_S)
+        except asyncio.TimeoutError:
+            if await request.is_disconnected():
+                job.cancel()
+                raise ClientGone() from None
+
+
+def failure_error(failed: Failed, job: Job) -> APIError:
+    if isinstance(failed.error, InputError):
+        # the generator speaks of its own argument; the client sent max_tokens
+        message = " ".join(str(failed.error).replace("max_new_tokens", job.max_tokens_field).split())
+        if failed.param and failed.param not in message:  # "prompt (n tokens) + ..." of a chat request
+            message = f"{failed.param}: {message}"
+        return APIError(400, message, param=failed.param, code=failed.code or "invalid_request")
+    return APIError(500, f"internal error: {type(failed.error).__name__}: the server's log has the details; "
+                         "please report it", error_type=SERVER_ERROR, code="internal_error")
+
+
+def sse(payload: dict[str, Any]) -> bytes:
+    return format_sse_event(data_str=json.dumps(payload, ensure_ascii=False))
+
+
+def log_request(job: Job, finished: Finished) -> None:
+    s = finished.result.stats
+    logger.info("%s prompt=%d new=%d %.2f tok/s acceptance=%.2f accepted/round=%.2f finish=%s queue=%.2fs",
+                job.request_id, s.prompt_tokens, s.new_tokens, s.tokens_per_second, s.acceptance_rate,
+                s.mean_accepted_per_round, finished.result.finish_reason, finished.queue_wait_s)
