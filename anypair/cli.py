@@ -137,6 +137,11 @@ def run_serve(args) -> int:
         print(f"anypair serve: {settings.model_name} at {url}/v1", flush=True)
         print(f"engines: {gen.engines}; queue: {settings.queue_size}; Ctrl-C stops", file=sys.stderr, flush=True)
 
+    # generation runs on the server's worker thread: the threads of the pool that loaded the models
+    # here would make OpenMP wait passively everywhere (see release_thread_pool)
+    from anypair.kernels.build import release_thread_pool
+
+    release_thread_pool()
     run_server(create_app(gen, settings), sock, ready)
     return 0
 

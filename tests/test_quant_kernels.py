@@ -239,3 +239,16 @@ def test_attention_matches_torch_and_is_bitwise_batch_invariant(heads, kv_heads,
         weights = torch.softmax((keys @ q[i].double().unsqueeze(-1)).squeeze(-1) * scale, dim=-1)
         expected = (weights.unsqueeze(-1) * values).sum(1).reshape(-1)
         assert torch.allclose(together[i].double(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_a_thread_pool_released_comes_back_on_the_next_call(real_matrices):
+    """`anypair serve` releases the loading thread's OpenMP threads before generating on its worker
+    thread (two pools make libgomp wait passively); the kernels must work the same afterwards."""
+    from anypair.kernels.build import release_thread_pool
+
+    weight = real_matrices[12]  # Q4_K
+    group = LinearGroup([weight])
+    x = _activations(3, weight.cols)
+    before = group(x, threads=2)[0]
+    assert release_thread_pool()
+    assert torch.equal(group(x, threads=2)[0], before)

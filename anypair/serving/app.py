@@ -113,7 +113,7 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
         chat = messages is not None
         job = Job(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
                   generation_arguments(body, prompt, messages), asyncio.get_running_loop(),
-                  max_tokens_field=body.max_tokens_field)
+                  max_tokens_field=body.max_tokens_field, streams=bool(body.stream))
         try:
             worker.submit(job)
         except QueueFull as full:
