@@ -121,6 +121,13 @@ static inline __m128i ap_q4k_scales_mins_avx2(const uint8_t *s) {
     return _mm_setr_epi32((int)(u[0] & low6), (int)((u[2] & low4) | (((u[0] >> 6) & top2) << 4)),
                           (int)(u[1] & low6), (int)(((u[2] >> 4) & low4) | (((u[1] >> 6) & top2) << 4)));
 }
+// Q4_K's minimums term of one row and super-block, an exact int: sum_j mn[j] * s32[j] (8 int16 each)
+static inline int ap_q4k_min_sum_avx2(__m128i mins, const int16_t *s32) {
+    __m128i m4 = _mm_madd_epi16(mins, _mm_loadu_si128((const __m128i *)s32));
+    m4 = _mm_add_epi32(m4, _mm_shuffle_epi32(m4, 0x4e));
+    m4 = _mm_add_epi32(m4, _mm_shuffle_epi32(m4, 0xb1));
+    return _mm_cvtsi128_si32(m4);
+}
 static inline int ap_hsum_i32_avx2(__m256i v) {
     __m128i a = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0x4e));

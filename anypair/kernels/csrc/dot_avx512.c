@@ -52,11 +52,8 @@ AP_INLINE void dot_q4_K_tile(const uint8_t *wrow, const ap_act *a, int r0, int R
         for (int r = 0; r < R; r++) {
             const size_t row = (size_t)(r0 + r);
             const float dx = a->d[row * nb + b];
-            __m128i m4 = _mm_madd_epi16(mins, _mm_loadu_si128((const __m128i *)(a->s32 + row * (a->K / 32) + 8 * b)));
-            m4 = _mm_add_epi32(m4, _mm_shuffle_epi32(m4, 0x4e));
-            m4 = _mm_add_epi32(m4, _mm_shuffle_epi32(m4, 0xb1));
             acc[r] = acc_lanes(acc[r], d * dx, fold_halves(isum[r]));
-            macc[r] = macc[r] + (dmin * dx) * (float)_mm_cvtsi128_si32(m4);
+            macc[r] = macc[r] + (dmin * dx) * (float)ap_q4k_min_sum_avx2(mins, a->s32 + row * (a->K / 32) + 8 * b);
         }
     }
     for (int r = 0; r < R; r++) out[r] = ap_reduce8_avx2(acc[r]) - macc[r];
