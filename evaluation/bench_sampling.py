@@ -22,7 +22,8 @@ from typing import Optional
 import torch
 
 from anypair.benchmarking.harness import Job, JobRuns, run_interleaved
-from anypair.benchmarking.methods import AnyPairMethod, Decoding, MethodOutput, TorchAssistant, TransformersMethod
+from anypair.benchmarking.methods import (AnyPairMethod, Decoding, MethodOutput, TorchAssistant, TransformersMethod,
+                                         transformers_target)
 from anypair.benchmarking.prompts import BenchPrompt, humaneval_prompts
 from anypair.benchmarking.report import BenchReport, format_report
 from anypair.generation.members import LoadedModel
@@ -59,7 +60,9 @@ def run(args: argparse.Namespace) -> dict[float, BenchReport]:
     methods = [AnyPairMethod("target", gen, assisted=False),
                AnyPairMethod("anypair", gen, assisted=True, draft_name=args.draft)]
     if not args.no_hf:
-        methods.append(TransformersMethod("hf-uag", gen.target, TorchAssistant.load(args.draft)))
+        # transformers' generate drives a torch model: a GGUF-engine target gets a torch copy
+        methods.append(TransformersMethod("hf-uag", transformers_target(gen.target, args.target, args.weights),
+                                          TorchAssistant.load(args.draft)))
     prompts = [BenchPrompt(text) for text in humaneval_prompts(args.n)]
     reports = {
         temperature: BenchReport(settings=dict(

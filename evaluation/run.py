@@ -64,7 +64,7 @@ from evaluation.report import (
 )
 
 from anypair.benchmarking.harness import interleaved_order, warm_up
-from anypair.benchmarking.methods import Decoding, Method, MethodOutput
+from anypair.benchmarking.methods import Decoding, Method, MethodOutput, transformers_target
 from anypair.zoo.registry import DEFAULT_TARGET
 
 DEFAULT_METHODS = ("target", "anypair", "anypair-hybrid", "hf-uag", "llama.cpp-alone")
@@ -146,8 +146,7 @@ def load_models(target_name: str, draft_names: Sequence[str], weights: str, draf
     if needs_torch_target:
         # transformers' generate drives a torch model: its numerics differ from the GGUF engine's, so
         # its "identical" column compares a torch target's output with the baseline's
-        torch_copy = member if member.engine.engine == "torch" else load_member(target_name, role="target",
-                                                                                 engine="torch", weights=weights)
+        torch_copy = transformers_target(member, target_name, weights)
     target = LoadedTarget(target_name, member, torch_copy)
     drafts = []
     for name in draft_names:

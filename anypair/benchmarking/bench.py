@@ -17,6 +17,7 @@ from anypair.benchmarking.methods import (
     Method,
     TorchAssistant,
     TransformersMethod,
+    transformers_target,
 )
 from anypair.benchmarking.prompts import BenchPrompt
 from anypair.benchmarking.report import BASELINE, BenchReport
@@ -86,12 +87,7 @@ def run_bench(target: str, draft: Optional[str], prompts: Sequence[str], *, max_
     if compare_hf and draft is not None:
         # transformers' generate drives a torch model: a target on another engine (the GGUF engine, the
         # default) gets a torch copy of its own for UAG (its numerics differ, so its "same" column may too)
-        hf_target = gen.target
-        if gen.target.engine.engine != "torch":
-            from anypair.generation.members import load_member
-
-            hf_target = load_member(target, role="target", engine="torch")
-        methods.append(TransformersMethod("hf-uag", hf_target, TorchAssistant.load(draft)))
+        methods.append(TransformersMethod("hf-uag", transformers_target(gen.target, target), TorchAssistant.load(draft)))
     alone = llama_cpp_alone(target, gen.target, threads) if compare_llama_cpp else None
     if alone is not None:
         methods.append(alone)

@@ -223,6 +223,17 @@ class ProposalCounter:
         return proposed
 
 
+def transformers_target(member: LoadedModel, spec: str, weights: str = "auto") -> LoadedModel:
+    """The target as transformers' generate can drive it: the member itself when it runs on torch,
+    else a torch copy loaded from the same spec (the GGUF engine, the default, is not a torch module;
+    the copy's numerics differ, so a transformers method's "identical" column may differ too)."""
+    if member.engine.engine == "torch":
+        return member
+    from anypair.generation.members import load_member
+
+    return load_member(spec, role="target", engine="torch", weights=weights)
+
+
 class TransformersMethod:
     """transformers' `generate` on the target's loaded model: alone, or assisted by `assistant`
     (universal assisted generation when the tokenizers differ). Stops at the target's own EOS ids,
