@@ -33,17 +33,21 @@ from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
 
 def target_logprob(target: LoadedModel, prompt_ids: list[int], new_ids: list[int], decoding: Decoding) -> Optional[float]:
-    """Mean log-probability of `new_ids` under the target's own warped sampling law (one forward
-    pass, untimed). Sampling from the target gives about the same mean whoever drafted; a method
+    """Mean log-probability of `new_ids` under the target's own warped sampling law (one pass of the
+    target's engine over prompt and answer, untimed). Sampling from the target gives about the same mean whoever drafted; a method
     that accepts tokens the target would rarely sample shows a much lower figure."""
     from anypair.sampling.warping import warp_logits
 
     if not new_ids:
         return None
     law = SamplingConfig(do_sample=True, temperature=decoding.temperature, top_k=decoding.top_k, top_p=decoding.top_p)
-    ids = torch.tensor([list(prompt_ids) + list(new_ids)], device=target.model.device)
-    with torch.no_grad():
-        logits = target.model(ids).logits[0, len(prompt_ids) - 1: -1].float()
+    # through the target's own backend (any engine: the GGUF engine has no torch module), on a fresh
+    # cache: the next generation resets it anyway
+    target.backend.reset()
+    with torch.inference_mode():
+        logits = target.backend.extend(list(prompt_ids) + list(new_ids), all_logits=True)
+    logits = logits[len(prompt_ids) - 1: -1].float().clone()  # a normal tensor: rows are masked below
+    target.backend.reset()
     real = target.tokenizer.vocab_size
     total = 0.0
     for row, token in zip(logits, new_ids):
