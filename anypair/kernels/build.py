@@ -114,6 +114,10 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.ap_type_supported.argtypes = [i]
     lib.ap_linear.argtypes = [p, i, p, i, i, p, i, i]
     lib.ap_linear.restype = i
+    lib.ap_packed_bytes.argtypes = [i, i, i]
+    lib.ap_packed_bytes.restype = ctypes.c_size_t
+    lib.ap_repack.argtypes = [i, p, ctypes.c_size_t, i, i, p, i]
+    lib.ap_repack.restype = i
     lib.ap_dequant_rows.argtypes = [p, p, i, p]
     lib.ap_dequant_rows.restype = i
     lib.ap_quantize_rows.argtypes = [p, i, i, i, p, p, p, p, i]

@@ -1,12 +1,18 @@
-// Shared definitions of anypair's quantized CPU kernels: GGUF block layouts, the activation
-// format, and the fixed reduction order every path (scalar reference, AVX2) follows.
+// Shared definitions of anypair's quantized CPU kernels: GGUF block layouts, the K-quants'
+// interleaved layout, the activation format, and the fixed reduction orders every path (scalar
+// reference, AVX2, AVX-512) follows.
 //
 // Batch invariance is the point of these kernels. Every output y[r][n] is the dot product of
-// weight row n and activation row r, computed by one function whose arithmetic does not depend on
-// how many rows are in the call or on which thread runs it: integer partial sums are exact, and
-// the float steps happen in a fixed order (8 lanes, lane i owns bytes 4i..4i+3 of each 32-element
-// chunk, then one fixed reduction tree). The scalar reference mirrors that order, so the SIMD path
-// and the reference agree bitwise, which tests/test_quant_kernels.py checks on real GGUF blocks.
+// weight row n and activation row r, computed by arithmetic that does not depend on how many rows
+// are in the call or on which thread runs it: integer partial sums are exact, and the float steps
+// happen in a fixed order. The scalar reference mirrors that order, so the SIMD paths and the
+// reference agree bitwise, which tests/test_quant_kernels.py checks on real GGUF blocks.
+//
+// Two orders exist:
+// - 32-element block types and float weights (row layout, as in the file): 8 float lanes, lane i
+//   owns bytes 4i..4i+3 of each 32-element chunk, then one fixed reduction tree (ap_reduce8).
+// - K-quants (Q4_K, Q6_K; interleaved layout, 16 weight rows per group): one float accumulator per
+//   (weight row, activation row), one step per 256-element super-block, see AP_Q4_K_G16 below.
 #ifndef ANYPAIR_COMMON_H
 #define ANYPAIR_COMMON_H
 
@@ -30,6 +36,8 @@ enum ap_path { AP_PATH_BEST = 0, AP_PATH_REFERENCE = 1, AP_PATH_AVX2 = 2 };
 enum ap_type {
     AP_F32 = 0, AP_F16 = 1, AP_Q4_0 = 2, AP_Q4_1 = 3, AP_Q5_0 = 6, AP_Q8_0 = 8,
     AP_Q4_K = 12, AP_Q6_K = 14,
+    // anypair's interleaved K-quant layouts (not ggml types): what ap_repack makes of Q4_K / Q6_K rows
+    AP_Q4_K_G16 = 112, AP_Q6_K_G16 = 114,
 };
 
 // GGUF blocks, byte for byte (ggml-common.h defines the same layouts)
@@ -40,11 +48,49 @@ typedef struct { uint16_t d; int8_t qs[32]; } block_q8_0;                       
 typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } block_q4_K;   // 144 B / 256
 typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; } block_q6_K;  // 210 B / 256
 
+// ---- the interleaved K-quant layout (llama.cpp's "repack" idea, with a bitwise order) ----------
+// 16 consecutive weight rows form a group; per super-block (256 columns) a group's 16 rows are stored
+// together so that one 64-byte vector holds 4 values of each of the 16 rows (lane l = row n0 + l).
+// A kernel broadcasts 4 activation bytes and multiplies all 16 rows at once (VNNI vpdpbusd, or
+// maddubs + madd on AVX2), and the per-super-block float steps are shared by the 16 rows.
+// Rows past N in the last group are zero blocks (d = 0): computed, never written out.
+//
+// The definition (every path, any number of activation rows): for weight row n, activation row r,
+//   acc = 0; for each super-block b in order:
+//     Q4_K: isum = sum_j sc[j] * (sum_{i in sub-block j} q_i * x_i)     (exact int, q_i in 0..15)
+//           msum = sum_j mn[j] * s32[j]                                  (exact int)
+//           acc  = acc + ((d * dx) * (float)isum - (dmin * dx) * (float)msum)
+//     Q6_K: isum = sum_g sc[g] * (sum_{i in group g of 16} (q_i - 32) * x_i)   (exact int)
+//           acc  = acc + (d * dx) * (float)isum
+//   y = acc
+// with d, dmin the block's fp16 scales as float, dx the activation row's scale for block b.
+#define AP_GROUP 16
+// nibble byte for 4-element step t (elements 8t..8t+7 of a super-block) and lane l, e = 0..3:
+//   qs[t][4l + e] = q(8t + e) | q(8t + 4 + e) << 4
+typedef struct {
+    uint16_t d[AP_GROUP], dmin[AP_GROUP];
+    uint8_t sc[4][AP_GROUP][2];  // (sc[2p], sc[2p+1]) of lane l at [p][l]: int16 pairs once widened
+    uint8_t mn[4][AP_GROUP][2];  // the minimums likewise (for vpdpwssd against pairs of s32)
+    uint8_t qs[32][4 * AP_GROUP];
+} block_q4_K_g16;  // 2368 B per 16 rows (16 x 144 = 2304 in the file)
+// Q6_K: the low 4 bits as Q4_K's qs; the high 2 bits of group u (elements 16u..16u+15):
+//   qh[u][4l + e] = h(16u + e) | h(16u + 4 + e) << 2 | h(16u + 8 + e) << 4 | h(16u + 12 + e) << 6
+typedef struct {
+    uint16_t d[AP_GROUP];
+    int8_t sc[8][AP_GROUP][2];   // (sc[2p], sc[2p+1]) of lane l at [p][l]
+    uint8_t ql[32][4 * AP_GROUP];
+    uint8_t qh[16][4 * AP_GROUP];
+} block_q6_K_g16;  // 3360 B per 16 rows, as in the file
+
+static inline int ap_is_grouped(int type) { return type == AP_Q4_K_G16 || type == AP_Q6_K_G16; }
+static inline size_t ap_group_bytes(int type) {  // one group's super-block
+    return type == AP_Q4_K_G16 ? sizeof(block_q4_K_g16) : sizeof(block_q6_K_g16);
+}
+
 // Activation rows quantized for the integer dot products: per row, per block of `block` elements
 // (256 for the K-quants, 32 for the others) a scale d = amax/127 and int8 values round(x/d), with
-// the int sums of every 16 and every 32 values (for the weights' offsets and minimums), and for
-// 256-blocks 32 times the sum of each pair of values (Q6_K's offset of 32, taken once per row instead
-// of once per weight row). Float weights (F32/F16) read the float rows `x` instead.
+// the int sums of every 16 and every 32 values (for the weights' offsets and minimums). Float weights
+// (F32/F16) read the float rows `x` instead.
 typedef struct {
     int M, K, block;
     const int8_t *q;      // [M][K]
@@ -52,10 +98,11 @@ typedef struct {
     const int16_t *s16;   // [M][K/16]
     const int16_t *s32;   // [M][K/32]
     const float *x;       // [M][K]
-    const int16_t *pair32;  // [M][K/2]: 32 * (q[2j] + q[2j+1]); 256-blocks only, else NULL
 } ap_act;
 
-// One weight matrix [N][K] in its GGUF type, rows contiguous (row_bytes each).
+// One weight matrix [N][K]: in its GGUF type, rows contiguous (row_bytes each), or for the
+// K-quants in the interleaved layout (type AP_Q4_K_G16 / AP_Q6_K_G16: groups of 16 rows, each
+// K/256 group super-blocks; row_bytes is then the GGUF row's size, for reference).
 typedef struct {
     int type, N, K;
     size_t row_bytes;
@@ -113,21 +160,6 @@ static inline float ap_reduce8_avx2(__m256 v) {
     __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));                                   // c0 = b0+b2, c1 = b1+b3
     return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));                   // c0 + c1
 }
-// Q4_K's 8 scales (bytes 0-7) and 8 minimums (bytes 8-15) unpacked with 32-bit operations
-// (the same values as ap_q4k_scales, byte for byte)
-static inline __m128i ap_q4k_scales_mins_avx2(const uint8_t *s) {
-    uint32_t u[3]; memcpy(u, s, 12);
-    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x03030303;
-    return _mm_setr_epi32((int)(u[0] & low6), (int)((u[2] & low4) | (((u[0] >> 6) & top2) << 4)),
-                          (int)(u[1] & low6), (int)(((u[2] >> 4) & low4) | (((u[1] >> 6) & top2) << 4)));
-}
-// Q4_K's minimums term of one row and super-block, an exact int: sum_j mn[j] * s32[j] (8 int16 each)
-static inline int ap_q4k_min_sum_avx2(__m128i mins, const int16_t *s32) {
-    __m128i m4 = _mm_madd_epi16(mins, _mm_loadu_si128((const __m128i *)s32));
-    m4 = _mm_add_epi32(m4, _mm_shuffle_epi32(m4, 0x4e));
-    m4 = _mm_add_epi32(m4, _mm_shuffle_epi32(m4, 0xb1));
-    return _mm_cvtsi128_si32(m4);
-}
 static inline int ap_hsum_i32_avx2(__m256i v) {
     __m128i a = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0x4e));
@@ -147,13 +179,28 @@ static inline void ap_q4k_scales(const uint8_t *s, uint8_t sc[8], uint8_t mn[8])
 
 // per-type dot products of one weight row with R activation rows (r0..r0+R-1); out[R]
 typedef void (*ap_dot_fn)(const uint8_t *wrow, const ap_act *a, int r0, int R, float *out);
+// interleaved types: one group of 16 weight rows with R activation rows; out[R][AP_GROUP]
+typedef void (*ap_group_fn)(const uint8_t *group, const ap_act *a, int r0, int R, float *out);
 
 // the reference (portable C) and, where compiled, the AVX2 and AVX-512 (VNNI) versions; NULL when
-// a type has none (the AVX-512 path covers the K-quants of the targets; other types use AVX2)
+// a type has none (the AVX-512 path covers the interleaved K-quants; other types use AVX2)
 ap_dot_fn ap_dot_ref(int type);
 ap_dot_fn ap_dot_avx2(int type);
-ap_dot_fn ap_dot_avx512(int type);
+ap_group_fn ap_group_ref(int type);
+ap_group_fn ap_group_avx2(int type);
+ap_group_fn ap_group_avx512(int type);
 int ap_act_block(int type);  // 256 / 32 / 0 (float rows)
+
+// value of element e (0..255) of lane l in a group super-block: Q4_K 0..15, Q6_K 0..63 (offset not applied)
+static inline int ap_q4k_g16_value(const block_q4_K_g16 *g, int l, int e) {
+    const uint8_t byte = g->qs[e / 8][4 * l + e % 4];
+    return (e % 8) < 4 ? (byte & 15) : (byte >> 4);
+}
+static inline int ap_q6k_g16_value(const block_q6_K_g16 *g, int l, int e) {
+    const uint8_t low = g->ql[e / 8][4 * l + e % 4];
+    const int high = (g->qh[e / 16][4 * l + e % 4] >> (2 * ((e % 16) / 4))) & 3;
+    return ((e % 8) < 4 ? (low & 15) : (low >> 4)) | (high << 4);
+}
 
 void ap_quantize_rows_ref(const float *x, int M, int K, int block, int8_t *q, float *d, int16_t *s16, int16_t *s32);
 void ap_quantize_rows_avx2(const float *x, int M, int K, int block, int8_t *q, float *d, int16_t *s16, int16_t *s32);

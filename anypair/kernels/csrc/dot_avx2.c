@@ -1,8 +1,8 @@
 // AVX2+FMA+F16C dot products, one per weight type, matching dot_ref.c bitwise.
 //
 // A weight block is loaded and unpacked once, then multiplied with up to AVX2_TILE activation
-// rows whose sums stay in registers (16 ymm registers: 4 rows): that is what makes scoring 4 tokens cost far less than 4x one
-// token. Rows never mix: each row's lanes see the same operations in the same order as when the
+// rows whose sums stay in registers (16 ymm registers: 4 rows): that is what makes scoring 4 tokens
+// cost far less than 4x one token. The K-quants run on their interleaved groups (see below). Rows never mix: each row's lanes see the same operations in the same order as when the
 // row is alone (R = 1), so the result is bitwise the same whatever R is.
 #include "ap_common.h"
 
@@ -79,81 +79,115 @@ AP_INLINE void dot_q4_1_tile(const uint8_t *wrow, const ap_act *a, int r0, int R
     for (int r = 0; r < R; r++) out[r] = ap_reduce8_avx2(acc[r]) + macc[r];
 }
 
-// ---- 256-element super-blocks: Q4_K, Q6_K -------------------------------------------------------
+// ---- interleaved K-quants: a group of 16 weight rows, 8 lanes (rows) per ymm, two halves ----------
+// maddubs multiplies a row's 4 weight bytes by the 4 broadcast activation bytes into two int16 pair
+// sums; several are added as int16 while they cannot overflow (Q4_K: 8 x 3810, Q6_K: 2 x 16002),
+// then madd with the scale in both halves of the lane gives scale * (sum of the products) as int32.
 
-AP_INLINE __m256i broadcast_i16(__m256i both_halves, int index) {  // int16 lane `index` (0-7) everywhere
-    return _mm256_shuffle_epi8(both_halves, _mm256_set1_epi16((short)(((2 * index + 1) << 8) | (2 * index))));
+AP_INLINE __m256i broadcast4(const int8_t *p) {  // 4 bytes (or two int16) into every 32-bit lane
+    int32_t v; memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+AP_INLINE __m256i both_halves_even(__m256i pair) {  // (lo, hi) int16 per lane -> (lo, lo)
+    return _mm256_or_si256(_mm256_and_si256(pair, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(pair, 16));
+}
+AP_INLINE __m256i both_halves_odd(__m256i pair) {  // (lo, hi) -> (hi, hi)
+    return _mm256_or_si256(_mm256_srli_epi32(pair, 16), _mm256_and_si256(pair, _mm256_set1_epi32((int)0xffff0000u)));
 }
 
-AP_INLINE void dot_q4_K_tile(const uint8_t *wrow, const ap_act *a, int r0, int R, float *out) {
-    const block_q4_K *w = (const block_q4_K *)wrow; const int nb = a->K / 256;
-    __m256 acc[AVX2_TILE]; float macc[AVX2_TILE];
-    for (int r = 0; r < R; r++) { acc[r] = _mm256_setzero_ps(); macc[r] = 0.0f; }
-    const __m256i low4 = _mm256_set1_epi8(15);
-    for (int b = 0; b < nb; b++) {
-        const __m256i sm16 = _mm256_cvtepu8_epi16(ap_q4k_scales_mins_avx2(w[b].scales));  // scales | minimums, int16
-        const __m256i scales = _mm256_permute2x128_si256(sm16, sm16, 0x00);
-        const __m128i mins = _mm256_extracti128_si256(sm16, 1);
-        const float d = _cvtsh_ss(w[b].d), dmin = _cvtsh_ss(w[b].dmin);
-        __m256i isum[AVX2_TILE];
-        for (int r = 0; r < R; r++) isum[r] = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
-            __m256i qq = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * c));
-            __m256i lo = _mm256_and_si256(qq, low4), hi = _mm256_and_si256(_mm256_srli_epi16(qq, 4), low4);
-            __m256i s_lo = broadcast_i16(scales, 2 * c), s_hi = broadcast_i16(scales, 2 * c + 1);
-            for (int r = 0; r < R; r++) {
-                const int8_t *x = a->q + (size_t)(r0 + r) * a->K + 256 * b + 64 * c;
-                __m256i p_lo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)x));
-                __m256i p_hi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x + 32)));
-                isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(_mm256_madd_epi16(p_lo, s_lo), _mm256_madd_epi16(p_hi, s_hi)));
-            }
-        }
-        for (int r = 0; r < R; r++) {
-            const size_t row = (size_t)(r0 + r);
-            const float dx = a->d[row * nb + b];
-            acc[r] = acc_lanes(acc[r], d * dx, isum[r]);
-            macc[r] = macc[r] + (dmin * dx) * (float)ap_q4k_min_sum_avx2(mins, a->s32 + row * (a->K / 32) + 8 * b);
-        }
-    }
-    for (int r = 0; r < R; r++) out[r] = ap_reduce8_avx2(acc[r]) - macc[r];
-}
-
-AP_INLINE void dot_q6_K_tile(const uint8_t *wrow, const ap_act *a, int r0, int R, float *out) {
-    const block_q6_K *w = (const block_q6_K *)wrow; const int nb = a->K / 256;
+AP_INLINE void group_q4_K_half(const block_q4_K_g16 *g, const ap_act *a, int r0, int R, int half, float *out) {
+    const int nb = a->K / 256, lane0 = 8 * half;
     __m256 acc[AVX2_TILE];
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(15), two = _mm256_set1_epi8(3);
+    const __m256i low4 = _mm256_set1_epi8(15);
     for (int b = 0; b < nb; b++) {
-        const float d = _cvtsh_ss(w[b].d);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[b].scales));  // 16 int16
+        const block_q4_K_g16 *gb = &g[b];
         __m256i isum[AVX2_TILE];
         for (int r = 0; r < R; r++) isum[r] = _mm256_setzero_si256();
-        for (int n = 0; n < 2; n++) {
-            const __m256i half_scales = n ? _mm256_permute2x128_si256(sc16, sc16, 0x11) : _mm256_permute2x128_si256(sc16, sc16, 0x00);  // groups 8n..8n+7
-            __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w[b].ql + 64 * n));
-            __m256i ql1 = _mm256_loadu_si256((const __m256i *)(w[b].ql + 64 * n + 32));
-            __m256i qh = _mm256_loadu_si256((const __m256i *)(w[b].qh + 32 * n));
-            __m256i q[4];  // 4 chunks of 32 values 0..63, in element order
-            q[0] = _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(qh, two), 4));
-            q[1] = _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4));
-            for (int c = 0; c < 4; c++) {
-                // the chunk's two groups of 16: group 8n+2c in the low half, 8n+2c+1 in the high half
-                __m256i scale = _mm256_shuffle_epi8(half_scales, _mm256_set_m128i(
-                    _mm_set1_epi16((short)(((4 * c + 3) << 8) | (4 * c + 2))), _mm_set1_epi16((short)(((4 * c + 1) << 8) | (4 * c)))));
-                for (int r = 0; r < R; r++) {
-                    const size_t at = (size_t)(r0 + r) * a->K + 256 * b + 128 * n + 32 * c;
-                    __m256i x = _mm256_loadu_si256((const __m256i *)(a->q + at));
-                    __m256i x32 = _mm256_loadu_si256((const __m256i *)(a->pair32 + at / 2));  // 32 * pair sums
-                    __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[c], x), x32);
-                    isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, scale));
+        for (int p = 0; p < 4; p++) {
+            const __m256i pair = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)gb->sc[p][lane0]));
+            for (int h = 0; h < 2; h++) {
+                const int j = 2 * p + h;
+                const __m256i scale = h ? both_halves_odd(pair) : both_halves_even(pair);
+                __m256i part[AVX2_TILE];
+                for (int r = 0; r < R; r++) part[r] = _mm256_setzero_si256();
+                for (int t = 4 * j; t < 4 * j + 4; t++) {
+                    const __m256i packed = _mm256_loadu_si256((const __m256i *)(gb->qs[t] + 4 * lane0));
+                    const __m256i q0 = _mm256_and_si256(packed, low4), q1 = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
+                    for (int r = 0; r < R; r++) {
+                        const int8_t *x = a->q + (size_t)(r0 + r) * a->K + 256 * b + 8 * t;
+                        part[r] = _mm256_add_epi16(part[r], _mm256_add_epi16(_mm256_maddubs_epi16(q0, broadcast4(x)),
+                                                                             _mm256_maddubs_epi16(q1, broadcast4(x + 4))));
+                    }
+                }
+                for (int r = 0; r < R; r++) isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(part[r], scale));
+            }
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->d + lane0)));
+        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->dmin + lane0)));
+        for (int r = 0; r < R; r++) {
+            const size_t row = (size_t)(r0 + r);
+            const int16_t *s32 = a->s32 + row * (a->K / 32) + 8 * b;
+            __m256i msum = _mm256_setzero_si256();
+            for (int p = 0; p < 4; p++)
+                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)gb->mn[p][lane0])),
+                                                                broadcast4((const int8_t *)(s32 + 2 * p))));
+            const __m256 dx = _mm256_set1_ps(a->d[row * nb + b]);
+            acc[r] = _mm256_add_ps(acc[r], _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[r])),
+                                                         _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(msum))));
+        }
+    }
+    for (int r = 0; r < R; r++) _mm256_storeu_ps(out + r * AP_GROUP + lane0, acc[r]);
+}
+
+AP_INLINE void group_q6_K_half(const block_q6_K_g16 *g, const ap_act *a, int r0, int R, int half, float *out) {
+    const int nb = a->K / 256, lane0 = 8 * half;
+    __m256 acc[AVX2_TILE];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(15), three = _mm256_set1_epi8(3);
+    for (int b = 0; b < nb; b++) {
+        const block_q6_K_g16 *gb = &g[b];
+        __m256i isum[AVX2_TILE];
+        for (int r = 0; r < R; r++) isum[r] = _mm256_setzero_si256();
+        for (int p = 0; p < 8; p++) {
+            const __m256i pair = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)gb->sc[p][lane0]));
+            for (int r = 0; r < R; r++) {  // the offset of 32: -32 * (sc[2p] * s16[2p] + sc[2p+1] * s16[2p+1])
+                const int16_t *s16 = a->s16 + (size_t)(r0 + r) * (a->K / 16) + 16 * b + 2 * p;
+                isum[r] = _mm256_sub_epi32(isum[r], _mm256_slli_epi32(_mm256_madd_epi16(pair, broadcast4((const int8_t *)s16)), 5));
+            }
+            for (int h = 0; h < 2; h++) {
+                const int u = 2 * p + h;
+                const __m256i scale = h ? both_halves_odd(pair) : both_halves_even(pair);
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)(gb->qh[u] + 4 * lane0));
+                for (int k = 0; k < 2; k++) {
+                    const int t = 2 * u + k;
+                    const __m256i ql = _mm256_loadu_si256((const __m256i *)(gb->ql[t] + 4 * lane0));
+                    const __m256i q0 = _mm256_or_si256(_mm256_and_si256(ql, low4),
+                                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4 * k), three), 4));
+                    const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), low4),
+                                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4 * k + 2), three), 4));
+                    for (int r = 0; r < R; r++) {
+                        const int8_t *x = a->q + (size_t)(r0 + r) * a->K + 256 * b + 8 * t;
+                        const __m256i part = _mm256_add_epi16(_mm256_maddubs_epi16(q0, broadcast4(x)), _mm256_maddubs_epi16(q1, broadcast4(x + 4)));
+                        isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(part, scale));
+                    }
                 }
             }
         }
-        for (int r = 0; r < R; r++) acc[r] = acc_lanes(acc[r], d * a->d[(size_t)(r0 + r) * nb + b], isum[r]);
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->d + lane0)));
+        for (int r = 0; r < R; r++) {
+            const __m256 dx = _mm256_set1_ps(a->d[(size_t)(r0 + r) * nb + b]);
+            acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[r])));
+        }
     }
-    for (int r = 0; r < R; r++) out[r] = ap_reduce8_avx2(acc[r]);
+    for (int r = 0; r < R; r++) _mm256_storeu_ps(out + r * AP_GROUP + lane0, acc[r]);
+}
+
+AP_INLINE void group_q4_K_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
+    for (int half = 0; half < 2; half++) group_q4_K_half((const block_q4_K_g16 *)group, a, r0, R, half, out);
+}
+AP_INLINE void group_q6_K_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
+    for (int half = 0; half < 2; half++) group_q6_K_half((const block_q6_K_g16 *)group, a, r0, R, half, out);
 }
 
 // ---- float weights: F32, F16 (the exact fallback for every other type, dequantized to F32) ------
@@ -189,8 +223,6 @@ TILED(dot_q8_0_avx2, dot_signed32(wrow, sizeof(block_q8_0), AP_Q8_0, a, r0, RR, 
 TILED(dot_q4_0_avx2, dot_signed32(wrow, sizeof(block_q4_0), AP_Q4_0, a, r0, RR, out))
 TILED(dot_q5_0_avx2, dot_signed32(wrow, sizeof(block_q5_0), AP_Q5_0, a, r0, RR, out))
 TILED(dot_q4_1_avx2, dot_q4_1_tile(wrow, a, r0, RR, out))
-TILED(dot_q4_K_avx2, dot_q4_K_tile(wrow, a, r0, RR, out))
-TILED(dot_q6_K_avx2, dot_q6_K_tile(wrow, a, r0, RR, out))
 TILED(dot_f32_avx2, dot_float_tile(wrow, 0, a, r0, RR, out))
 TILED(dot_f16_avx2, dot_float_tile(wrow, 1, a, r0, RR, out))
 
@@ -202,14 +234,38 @@ ap_dot_fn ap_dot_avx2(int type) {
         case AP_Q4_1: return dot_q4_1_avx2;
         case AP_Q5_0: return dot_q5_0_avx2;
         case AP_Q8_0: return dot_q8_0_avx2;
-        case AP_Q4_K: return dot_q4_K_avx2;
-        case AP_Q6_K: return dot_q6_K_avx2;
+        default: return NULL;
+    }
+}
+
+// groups of 16 weight rows: activation rows in register tiles of 4, out[r][16] for the caller's R
+#define GROUP_TILED(name, call)                                                              \
+    static void name##_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) { \
+        switch (R) {                                                                         \
+            case 1: { const int RR = 1; call; break; }                                       \
+            case 2: { const int RR = 2; call; break; }                                       \
+            case 3: { const int RR = 3; call; break; }                                       \
+            default: { const int RR = 4; call; break; }                                      \
+        }                                                                                    \
+    }                                                                                        \
+    static void name(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {    \
+        for (int done = 0; done < R; done += AVX2_TILE)                                      \
+            name##_tile(group, a, r0 + done, R - done < AVX2_TILE ? R - done : AVX2_TILE, out + done * AP_GROUP); \
+    }
+GROUP_TILED(group_q4_K_avx2, group_q4_K_tile(group, a, r0, RR, out))
+GROUP_TILED(group_q6_K_avx2, group_q6_K_tile(group, a, r0, RR, out))
+
+ap_group_fn ap_group_avx2(int type) {
+    switch (type) {
+        case AP_Q4_K_G16: return group_q4_K_avx2;
+        case AP_Q6_K_G16: return group_q6_K_avx2;
         default: return NULL;
     }
 }
 
 #else
 ap_dot_fn ap_dot_avx2(int type) { (void)type; return NULL; }
+ap_group_fn ap_group_avx2(int type) { (void)type; return NULL; }
 void ap_quantize_rows_avx2(const float *x, int M, int K, int block, int8_t *q, float *d, int16_t *s16, int16_t *s32) {
     ap_quantize_rows_ref(x, M, K, block, q, d, s16, s32);
 }

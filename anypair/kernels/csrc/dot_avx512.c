@@ -1,107 +1,118 @@
-// AVX-512 (F/BW/VL + VNNI) dot products for the K-quants (Q4_K, Q6_K: the blocks of the Q4_K_M
-// targets), matching dot_ref.c and dot_avx2.c bitwise. Other types run their AVX2 functions.
+// AVX-512 (F/BW/VL + VNNI) kernels for the interleaved K-quants (Q4_K, Q6_K: the blocks of the
+// Q4_K_M targets), matching dot_ref.c's group functions bitwise. Other types run their AVX2 functions.
 //
-// A zmm register holds two 32-element chunks: the weights' unpacked values, the activations (64
-// contiguous int8) and the two chunks' scales as int16. Per row, _mm512_maddubs_epi16 forms the pair
-// sums and VNNI's _mm512_dpwssd_epi32 multiplies them by the scales and adds them into the row's
-// int32 lanes in one instruction (AVX2 needs madd, then add). Integer sums are exact, so folding the
-// upper 8 lanes onto the lower 8 at the end of a super-block yields the very integers of the AVX2
-// path and the reference (lane i = bytes 4i..4i+3 of every 32-element chunk), and the float steps
-// after it are theirs too. Up to AP_ROW_TILE (8) rows share one unpacking of a weight block: their
-// sums fit in the 32 zmm registers, so scoring 8 tokens reads and unpacks each weight once.
+// A zmm register holds 4 values of each of the 16 weight rows of a group (lane l = row l); the 4
+// matching activation bytes are broadcast and VNNI's vpdpbusd adds the 4 products into each row's
+// int32 lane. Per sub-block the lanes are multiplied by their rows' scales (vpmulld), the minimums
+// or the Q6_K offset come from the activations' per-16/32 sums (vpdpwssd), and the float step of a
+// super-block is done once for 16 rows. Integers are exact, the float steps are the definition's
+// (ap_common.h), so the result is the reference's whatever the number of activation rows.
+// Up to AP_ROW_TILE (8) activation rows share one unpacking of the weights.
 #include "ap_common.h"
 
 #ifdef AP_AVX512
 
 #define AP_INLINE static inline __attribute__((always_inline))
 
-AP_INLINE __m256i fold_halves(__m512i v) {  // lane i + lane i+8: the 8 lanes of the AVX2 path
-    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-}
-AP_INLINE __m256 acc_lanes(__m256 acc, float scale, __m256i isum) {  // acc + scale * isum, mul then add
-    return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(isum)));
-}
-AP_INLINE __m512i load_both_halves(const uint8_t *p) {  // 32 bytes into each 256-bit half
-    return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
+AP_INLINE __m512i broadcast4(const int8_t *p) {  // 4 bytes (or two int16) into every 32-bit lane
+    int32_t v; memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
 }
 
-AP_INLINE void dot_q4_K_tile(const uint8_t *wrow, const ap_act *a, int r0, int R, float *out) {
-    const block_q4_K *w = (const block_q4_K *)wrow; const int nb = a->K / 256;
-    __m256 acc[AP_ROW_TILE]; float macc[AP_ROW_TILE];
-    for (int r = 0; r < R; r++) { acc[r] = _mm256_setzero_ps(); macc[r] = 0.0f; }
-    const __m512i low4 = _mm512_set1_epi8(15);
-    const __m512i nibble_shift = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);  // low nibbles, then high
-    __m512i scale_index[4];  // chunk c: sub-block 2c's scale in the low half, 2c+1's in the high half
-    for (int c = 0; c < 4; c++)
-        scale_index[c] = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * c)), _mm256_set1_epi16((short)(2 * c + 1)), 1);
+AP_INLINE void group_q4_K_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
+    const block_q4_K_g16 *g = (const block_q4_K_g16 *)group; const int nb = a->K / 256;
+    __m512 acc[AP_ROW_TILE];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(15), low16 = _mm512_set1_epi32(0xffff);
     for (int b = 0; b < nb; b++) {
-        const __m128i sm = ap_q4k_scales_mins_avx2(w[b].scales);
-        const __m512i scales = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
-        const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
-        const float d = _cvtsh_ss(w[b].d), dmin = _cvtsh_ss(w[b].dmin);
+        const block_q4_K_g16 *gb = &g[b];
         __m512i isum[AP_ROW_TILE];
         for (int r = 0; r < R; r++) isum[r] = _mm512_setzero_si512();
-        for (int c = 0; c < 4; c++) {
-            const __m512i q = _mm512_and_si512(_mm512_srlv_epi64(load_both_halves(w[b].qs + 32 * c), nibble_shift), low4);
-            const __m512i s = _mm512_permutexvar_epi16(scale_index[c], scales);
-            for (int r = 0; r < R; r++) {
-                const __m512i x = _mm512_loadu_si512(a->q + (size_t)(r0 + r) * a->K + 256 * b + 64 * c);
-                isum[r] = _mm512_dpwssd_epi32(isum[r], _mm512_maddubs_epi16(q, x), s);
+        for (int p = 0; p < 4; p++) {
+            const __m512i pair = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)gb->sc[p]));
+            for (int h = 0; h < 2; h++) {
+                const int j = 2 * p + h;
+                const __m512i scale = h ? _mm512_srli_epi32(pair, 16) : _mm512_and_si512(pair, low16);
+                __m512i part[AP_ROW_TILE];
+                for (int r = 0; r < R; r++) part[r] = _mm512_setzero_si512();
+                for (int t = 4 * j; t < 4 * j + 4; t++) {
+                    const __m512i packed = _mm512_loadu_si512(gb->qs[t]);
+                    const __m512i q0 = _mm512_and_si512(packed, low4), q1 = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
+                    for (int r = 0; r < R; r++) {
+                        const int8_t *x = a->q + (size_t)(r0 + r) * a->K + 256 * b + 8 * t;
+                        part[r] = _mm512_dpbusd_epi32(part[r], q0, broadcast4(x));
+                        part[r] = _mm512_dpbusd_epi32(part[r], q1, broadcast4(x + 4));
+                    }
+                }
+                for (int r = 0; r < R; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(part[r], scale));
             }
         }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb->d));
+        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb->dmin));
         for (int r = 0; r < R; r++) {
             const size_t row = (size_t)(r0 + r);
-            const float dx = a->d[row * nb + b];
-            acc[r] = acc_lanes(acc[r], d * dx, fold_halves(isum[r]));
-            macc[r] = macc[r] + (dmin * dx) * (float)ap_q4k_min_sum_avx2(mins, a->s32 + row * (a->K / 32) + 8 * b);
+            const int16_t *s32 = a->s32 + row * (a->K / 32) + 8 * b;
+            __m512i msum = _mm512_setzero_si512();
+            for (int p = 0; p < 4; p++)
+                msum = _mm512_dpwssd_epi32(msum, _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)gb->mn[p])),
+                                           broadcast4((const int8_t *)(s32 + 2 * p)));
+            const __m512 dx = _mm512_set1_ps(a->d[row * nb + b]);
+            acc[r] = _mm512_add_ps(acc[r], _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(isum[r])),
+                                                         _mm512_mul_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(msum))));
         }
     }
-    for (int r = 0; r < R; r++) out[r] = ap_reduce8_avx2(acc[r]) - macc[r];
+    for (int r = 0; r < R; r++) _mm512_storeu_ps(out + r * AP_GROUP, acc[r]);
 }
 
-AP_INLINE void dot_q6_K_tile(const uint8_t *wrow, const ap_act *a, int r0, int R, float *out) {
-    const block_q6_K *w = (const block_q6_K *)wrow; const int nb = a->K / 256;
-    __m256 acc[AP_ROW_TILE];
-    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+AP_INLINE void group_q6_K_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
+    const block_q6_K_g16 *g = (const block_q6_K_g16 *)group; const int nb = a->K / 256;
+    __m512 acc[AP_ROW_TILE];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     const __m512i low4 = _mm512_set1_epi8(15), three = _mm512_set1_epi8(3);
-    const __m512i shift_01 = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0), shift_23 = _mm512_set_epi64(6, 6, 6, 6, 4, 4, 4, 4);
-    // 128-bit lane L of chunk pair h in half n takes group 8n + 4h + L's scale
-    __m512i scale_index[4];
-    for (int i = 0; i < 4; i++)
-        scale_index[i] = _mm512_add_epi16(_mm512_set1_epi16((short)(4 * i)),
-                                          _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16(1), _mm_setzero_si128())),
-                                                             _mm256_set_m128i(_mm_set1_epi16(3), _mm_set1_epi16(2)), 1));
     for (int b = 0; b < nb; b++) {
-        const float d = _cvtsh_ss(w[b].d);
-        const __m512i scales = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[b].scales)));
+        const block_q6_K_g16 *gb = &g[b];
         __m512i isum[AP_ROW_TILE];
         for (int r = 0; r < R; r++) isum[r] = _mm512_setzero_si512();
-        for (int n = 0; n < 2; n++) {
-            const __m512i ql = _mm512_loadu_si512(w[b].ql + 64 * n);  // chunks 0|1: low nibbles, 2|3: high
-            const __m512i qh = load_both_halves(w[b].qh + 32 * n);
-            __m512i q[2];  // values 0..63 of elements 0-63 and 64-127 of this half
-            q[0] = _mm512_or_si512(_mm512_and_si512(ql, low4),
-                                   _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi64(qh, shift_01), three), 4));
-            q[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
-                                   _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi64(qh, shift_23), three), 4));
+        for (int p = 0; p < 8; p++) {
+            const __m512i pair = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)gb->sc[p]));
+            for (int r = 0; r < R; r++) {  // the offset of 32: -32 * (sc[2p] * s16[2p] + sc[2p+1] * s16[2p+1])
+                const int16_t *s16 = a->s16 + (size_t)(r0 + r) * (a->K / 16) + 16 * b + 2 * p;
+                isum[r] = _mm512_sub_epi32(isum[r], _mm512_slli_epi32(_mm512_madd_epi16(pair, broadcast4((const int8_t *)s16)), 5));
+            }
             for (int h = 0; h < 2; h++) {
-                const __m512i s = _mm512_permutexvar_epi16(scale_index[2 * n + h], scales);
-                for (int r = 0; r < R; r++) {
-                    const size_t at = (size_t)(r0 + r) * a->K + 256 * b + 128 * n + 64 * h;
-                    const __m512i x = _mm512_loadu_si512(a->q + at);
-                    const __m512i p = _mm512_sub_epi16(_mm512_maddubs_epi16(q[h], x), _mm512_loadu_si512(a->pair32 + at / 2));
-                    isum[r] = _mm512_dpwssd_epi32(isum[r], p, s);
+                const int u = 2 * p + h;  // group u of 16 elements: steps t = 2u, 2u + 1
+                const __m512i scale = h ? _mm512_srai_epi32(pair, 16) : _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16);
+                const __m512i qh = _mm512_loadu_si512(gb->qh[u]);
+                __m512i part[AP_ROW_TILE];
+                for (int r = 0; r < R; r++) part[r] = _mm512_setzero_si512();
+                for (int k = 0; k < 2; k++) {
+                    const int t = 2 * u + k;
+                    const __m512i ql = _mm512_loadu_si512(gb->ql[t]);
+                    const __m512i q0 = _mm512_or_si512(_mm512_and_si512(ql, low4),
+                                                       _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 4 * k), three), 4));
+                    const __m512i q1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
+                                                       _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 4 * k + 2), three), 4));
+                    for (int r = 0; r < R; r++) {
+                        const int8_t *x = a->q + (size_t)(r0 + r) * a->K + 256 * b + 8 * t;
+                        part[r] = _mm512_dpbusd_epi32(part[r], q0, broadcast4(x));
+                        part[r] = _mm512_dpbusd_epi32(part[r], q1, broadcast4(x + 4));
+                    }
                 }
+                for (int r = 0; r < R; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(part[r], scale));
             }
         }
-        for (int r = 0; r < R; r++) acc[r] = acc_lanes(acc[r], d * a->d[(size_t)(r0 + r) * nb + b], fold_halves(isum[r]));
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb->d));
+        for (int r = 0; r < R; r++) {
+            const __m512 dx = _mm512_set1_ps(a->d[(size_t)(r0 + r) * nb + b]);
+            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(isum[r])));
+        }
     }
-    for (int r = 0; r < R; r++) out[r] = ap_reduce8_avx2(acc[r]);
+    for (int r = 0; r < R; r++) _mm512_storeu_ps(out + r * AP_GROUP, acc[r]);
 }
 
 // the switch on R lets the compiler unroll each tile size (registers, not memory, hold the sums)
 #define TILED(name, call)                                                                    \
-    static void name(const uint8_t *wrow, const ap_act *a, int r0, int R, float *out) {     \
+    static void name(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {    \
         switch (R) {                                                                         \
             case 1: { const int RR = 1; call; break; }                                       \
             case 2: { const int RR = 2; call; break; }                                       \
@@ -113,17 +124,17 @@ AP_INLINE void dot_q6_K_tile(const uint8_t *wrow, const ap_act *a, int r0, int R
             default: { const int RR = 8; call; break; }                                      \
         }                                                                                    \
     }
-TILED(dot_q4_K_avx512, dot_q4_K_tile(wrow, a, r0, RR, out))
-TILED(dot_q6_K_avx512, dot_q6_K_tile(wrow, a, r0, RR, out))
+TILED(group_q4_K_avx512, group_q4_K_tile(group, a, r0, RR, out))
+TILED(group_q6_K_avx512, group_q6_K_tile(group, a, r0, RR, out))
 
-ap_dot_fn ap_dot_avx512(int type) {
+ap_group_fn ap_group_avx512(int type) {
     switch (type) {
-        case AP_Q4_K: return dot_q4_K_avx512;
-        case AP_Q6_K: return dot_q6_K_avx512;
+        case AP_Q4_K_G16: return group_q4_K_avx512;
+        case AP_Q6_K_G16: return group_q6_K_avx512;
         default: return NULL;
     }
 }
 
 #else
-ap_dot_fn ap_dot_avx512(int type) { (void)type; return NULL; }
+ap_group_fn ap_group_avx512(int type) { (void)type; return NULL; }
 #endif

@@ -11,7 +11,9 @@
 
 #include "ap_common.h"
 
-#define AP_CHUNK_ROWS 16  // weight rows per scheduled piece of work
+#define AP_CHUNK_ROWS AP_GROUP  // weight rows per scheduled piece of work: one interleaved group
+
+void ap_grouped_dequant_row(const ap_weight *w, int n, float *y);
 
 int ap_simd_level(void) {  // 3: AVX-512 VNNI (K-quants) + AVX2, 2: AVX2, 0: the portable reference
 #if defined(AP_AVX512)
@@ -23,31 +25,47 @@ int ap_simd_level(void) {  // 3: AVX-512 VNNI (K-quants) + AVX2, 2: AVX2, 0: the
 #endif
 }
 
-int ap_type_supported(int type) { return ap_dot_ref(type) != NULL; }
+int ap_type_supported(int type) { return ap_dot_ref(type) != NULL || ap_group_ref(type) != NULL; }
 
 static ap_dot_fn pick_dot(int type, int path) {
-    ap_dot_fn fn = NULL;
-    if (path == AP_PATH_BEST) fn = ap_dot_avx512(type);
-    if (!fn && path != AP_PATH_REFERENCE) fn = ap_dot_avx2(type);
+    const ap_dot_fn fn = path != AP_PATH_REFERENCE ? ap_dot_avx2(type) : NULL;
     return fn ? fn : ap_dot_ref(type);
 }
+static ap_group_fn pick_group(int type, int path) {
+    ap_group_fn fn = NULL;
+    if (path == AP_PATH_BEST) fn = ap_group_avx512(type);
+    if (!fn && path != AP_PATH_REFERENCE) fn = ap_group_avx2(type);
+    return fn ? fn : ap_group_ref(type);
+}
 
-typedef struct { int8_t *q; float *d; int16_t *s16, *s32, *pair32; } act_buffers;
+typedef struct { int8_t *q; float *d; int16_t *s16, *s32; } act_buffers;
 
 static int alloc_act(act_buffers *b, int M, int K, int block) {
     b->q = malloc((size_t)M * K);
     b->d = malloc(sizeof(float) * (size_t)M * (K / block));
     b->s16 = malloc(sizeof(int16_t) * (size_t)M * (K / 16));
     b->s32 = malloc(sizeof(int16_t) * (size_t)M * (K / 32));
-    b->pair32 = block == 256 ? malloc(sizeof(int16_t) * (size_t)M * (K / 2)) : NULL;
-    return b->q && b->d && b->s16 && b->s32 && (block != 256 || b->pair32);
+    return b->q && b->d && b->s16 && b->s32;
 }
-static void free_act(act_buffers *b) { free(b->q); free(b->d); free(b->s16); free(b->s32); free(b->pair32); }
+static void free_act(act_buffers *b) { free(b->q); free(b->d); free(b->s16); free(b->s32); }
 
 static void quantize_act(const float *x, int M, int K, int block, int path, act_buffers *b) {
     (path == AP_PATH_REFERENCE ? ap_quantize_rows_ref : ap_quantize_rows_avx2)(x, M, K, block, b->q, b->d, b->s16, b->s32);
-    if (b->pair32)  // exact: |32 * (q + q')| <= 8128
-        for (size_t j = 0; j < (size_t)M * K / 2; j++) b->pair32[j] = (int16_t)(32 * (b->q[2 * j] + b->q[2 * j + 1]));
+}
+
+// one chunk (AP_CHUNK_ROWS = AP_GROUP weight rows n0..n1-1) of an interleaved matrix, every activation row
+static void run_group_chunk(const ap_weight *w, const ap_act *a, int n0, int n1, ap_group_fn fn, float *y) {
+    const uint8_t *group = w->data + (size_t)(n0 / AP_GROUP) * (w->K / 256) * ap_group_bytes(w->type);
+    float tile[AP_ROW_TILE * AP_GROUP];
+    for (int r0 = 0; r0 < a->M; r0 += AP_ROW_TILE) {
+        const int R = a->M - r0 < AP_ROW_TILE ? a->M - r0 : AP_ROW_TILE;
+        fn(group, a, r0, R, tile);
+        for (int r = 0; r < R; r++)
+            for (int n = n0; n < n1; n++) {
+                const float v = tile[r * AP_GROUP + (n - n0)];
+                y[(size_t)(r0 + r) * w->N + n] = w->bias ? v + w->bias[n] : v;
+            }
+    }
 }
 
 // Returns 0 on success, -1 for an unsupported type or shape, -2 when out of memory.
@@ -68,9 +86,9 @@ int ap_linear(const ap_weight *ws, int nw, const float *x, int M, int K, float *
     if (!ok) { free_act(&b256); free_act(&b32); return -2; }
     if (need256) quantize_act(x, M, K, 256, path, &b256);
     if (need32) quantize_act(x, M, K, 32, path, &b32);
-    const ap_act act256 = {M, K, 256, b256.q, b256.d, b256.s16, b256.s32, x, b256.pair32};
-    const ap_act act32 = {M, K, 32, b32.q, b32.d, b32.s16, b32.s32, x, NULL};
-    const ap_act actf = {M, K, 0, NULL, NULL, NULL, NULL, x, NULL};
+    const ap_act act256 = {M, K, 256, b256.q, b256.d, b256.s16, b256.s32, x};
+    const ap_act act32 = {M, K, 32, b32.q, b32.d, b32.s16, b32.s32, x};
+    const ap_act actf = {M, K, 0, NULL, NULL, NULL, NULL, x};
 
     // chunk c of the concatenated weight rows -> (matrix, first row)
     int first_chunk[64 + 1];
@@ -86,9 +104,10 @@ int ap_linear(const ap_weight *ws, int nw, const float *x, int M, int K, float *
         const ap_weight *w = &ws[i];
         const int block = ap_act_block(w->type);
         const ap_act *a = block == 256 ? &act256 : block == 32 ? &act32 : &actf;
-        const ap_dot_fn dot = pick_dot(w->type, path);
         const int n0 = (c - first_chunk[i]) * AP_CHUNK_ROWS;
         const int n1 = n0 + AP_CHUNK_ROWS < w->N ? n0 + AP_CHUNK_ROWS : w->N;
+        if (ap_is_grouped(w->type)) { run_group_chunk(w, a, n0, n1, pick_group(w->type, path), ys[i]); continue; }
+        const ap_dot_fn dot = pick_dot(w->type, path);
         float tile[AP_ROW_TILE];
         // activation tiles outside, the chunk's weight rows inside: with many rows (prefill) a tile
         // of activations is read from cache once per chunk instead of once per weight row
@@ -142,37 +161,6 @@ static void dequant_row(int type, const uint8_t *row, int K, float *y) {
             }
             return;
         }
-        case AP_Q4_K: {
-            const block_q4_K *b = (const block_q4_K *)row;
-            for (int i = 0; i < K / 256; i++) {
-                uint8_t sc[8], mn[8]; ap_q4k_scales(b[i].scales, sc, mn);
-                float d = ap_h2f(b[i].d), dmin = ap_h2f(b[i].dmin);
-                for (int j = 0; j < 8; j++) {
-                    const uint8_t *qs = b[i].qs + 32 * (j / 2);
-                    float d1 = d * sc[j], m1 = dmin * mn[j];
-                    for (int e = 0; e < 32; e++) y[256 * i + 32 * j + e] = d1 * ((j & 1) ? (qs[e] >> 4) : (qs[e] & 15)) - m1;
-                }
-            }
-            return;
-        }
-        case AP_Q6_K: {
-            const block_q6_K *b = (const block_q6_K *)row;
-            for (int i = 0; i < K / 256; i++) {
-                float d = ap_h2f(b[i].d);
-                for (int n = 0; n < 2; n++) {
-                    const uint8_t *ql = b[i].ql + 64 * n, *qh = b[i].qh + 32 * n; const int8_t *sc = b[i].scales + 8 * n;
-                    float *o = y + 256 * i + 128 * n;
-                    for (int l = 0; l < 32; l++) {
-                        int is = l / 16;
-                        o[l] = d * sc[is] * (((ql[l] & 15) | (((qh[l] >> 0) & 3) << 4)) - 32);
-                        o[l + 32] = d * sc[is + 2] * (((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32);
-                        o[l + 64] = d * sc[is + 4] * (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-                        o[l + 96] = d * sc[is + 6] * (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
-                    }
-                }
-            }
-            return;
-        }
     }
 }
 
@@ -180,6 +168,7 @@ int ap_dequant_rows(const ap_weight *w, const int64_t *rows, int n, float *out) 
     if (!ap_type_supported(w->type)) return -1;
     for (int i = 0; i < n; i++) {
         if (rows[i] < 0 || rows[i] >= w->N) return -1;
+        if (ap_is_grouped(w->type)) { ap_grouped_dequant_row(w, (int)rows[i], out + (size_t)i * w->K); continue; }
         dequant_row(w->type, w->data + w->row_bytes * (size_t)rows[i], w->K, out + (size_t)i * w->K);
     }
     return 0;

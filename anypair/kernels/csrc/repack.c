@@ -1,0 +1,111 @@
+// The K-quants' interleaved layout (ap_common.h: block_q4_K_g16, block_q6_K_g16): made once at
+// load from the GGUF's rows, and read back per row for the embedding gather and the tests.
+//
+// Only the arrangement changes: every value, scale and minimum is the file's, so the products are
+// those of the GGUF weights. Groups are independent, so the repack runs on all threads.
+#include <omp.h>
+
+#include "ap_common.h"
+
+static int grouped_type(int ggml_type) {
+    return ggml_type == AP_Q4_K ? AP_Q4_K_G16 : ggml_type == AP_Q6_K ? AP_Q6_K_G16 : -1;
+}
+
+// bytes of the interleaved copy of an [N][K] matrix of `ggml_type` (0 when it has none)
+size_t ap_packed_bytes(int ggml_type, int N, int K) {
+    const int type = grouped_type(ggml_type);
+    if (type < 0 || N <= 0 || K <= 0 || K % 256) return 0;
+    return (size_t)((N + AP_GROUP - 1) / AP_GROUP) * (size_t)(K / 256) * ap_group_bytes(type);
+}
+
+static void pack_q4_K(const block_q4_K *rows[AP_GROUP], int b, block_q4_K_g16 *g) {
+    memset(g, 0, sizeof(*g));
+    for (int l = 0; l < AP_GROUP; l++) {
+        if (!rows[l]) continue;  // past N: zero block
+        const block_q4_K *blk = &rows[l][b];
+        uint8_t sc[8], mn[8];
+        ap_q4k_scales(blk->scales, sc, mn);
+        g->d[l] = blk->d; g->dmin[l] = blk->dmin;
+        for (int j = 0; j < 8; j++) { g->sc[j / 2][l][j % 2] = sc[j]; g->mn[j / 2][l][j % 2] = mn[j]; }
+        for (int t = 0; t < 32; t++)
+            for (int e = 0; e < 4; e++) {
+                const int lo = 8 * t + e, hi = 8 * t + 4 + e;  // element -> sub-block j = e/32, byte e%32 of qs[32*(j/2)]
+                const uint8_t *qlo = blk->qs + 32 * (lo / 64), *qhi = blk->qs + 32 * (hi / 64);
+                const int vlo = (lo % 64) < 32 ? (qlo[lo % 32] & 15) : (qlo[lo % 32] >> 4);
+                const int vhi = (hi % 64) < 32 ? (qhi[hi % 32] & 15) : (qhi[hi % 32] >> 4);
+                g->qs[t][4 * l + e] = (uint8_t)(vlo | (vhi << 4));
+            }
+    }
+}
+
+static int q6_K_value(const block_q6_K *blk, int e) {  // element e (0..255): 0..63, offset not applied
+    const int n = e / 128, i = e % 128, l = i % 32, quarter = i / 32;
+    const uint8_t *ql = blk->ql + 64 * n, *qh = blk->qh + 32 * n;
+    const int low = quarter == 0 ? (ql[l] & 15) : quarter == 1 ? (ql[l + 32] & 15) : quarter == 2 ? (ql[l] >> 4) : (ql[l + 32] >> 4);
+    return low | (((qh[l] >> (2 * quarter)) & 3) << 4);
+}
+
+static void pack_q6_K(const block_q6_K *rows[AP_GROUP], int b, block_q6_K_g16 *g) {
+    memset(g, 0, sizeof(*g));
+    for (int l = 0; l < AP_GROUP; l++) {
+        if (!rows[l]) continue;
+        const block_q6_K *blk = &rows[l][b];
+        int v[256];
+        for (int e = 0; e < 256; e++) v[e] = q6_K_value(blk, e);
+        g->d[l] = blk->d;
+        for (int j = 0; j < 16; j++) g->sc[j / 2][l][j % 2] = blk->scales[j];
+        for (int t = 0; t < 32; t++)
+            for (int e = 0; e < 4; e++) g->ql[t][4 * l + e] = (uint8_t)((v[8 * t + e] & 15) | ((v[8 * t + 4 + e] & 15) << 4));
+        for (int u = 0; u < 16; u++)
+            for (int e = 0; e < 4; e++)
+                g->qh[u][4 * l + e] = (uint8_t)((v[16 * u + e] >> 4) | ((v[16 * u + 4 + e] >> 4) << 2) |
+                                                ((v[16 * u + 8 + e] >> 4) << 4) | ((v[16 * u + 12 + e] >> 4) << 6));
+    }
+}
+
+// Rows [N][row_bytes] of a Q4_K or Q6_K matrix into `out` (ap_packed_bytes bytes). Returns the
+// interleaved type, or -1 for a type or shape without one.
+int ap_repack(int ggml_type, const uint8_t *rows, size_t row_bytes, int N, int K, uint8_t *out, int nthreads) {
+    const int type = grouped_type(ggml_type), nb = K / 256;
+    if (type < 0 || N <= 0 || K <= 0 || K % 256) return -1;
+    const int groups = (N + AP_GROUP - 1) / AP_GROUP;
+    const size_t gbytes = ap_group_bytes(type);
+    #pragma omp parallel for schedule(static) num_threads(nthreads > 0 ? nthreads : omp_get_max_threads())
+    for (int grp = 0; grp < groups; grp++) {
+        const void *members[AP_GROUP];
+        for (int l = 0; l < AP_GROUP; l++) {
+            const int n = grp * AP_GROUP + l;
+            members[l] = n < N ? rows + row_bytes * (size_t)n : NULL;
+        }
+        for (int b = 0; b < nb; b++) {
+            uint8_t *dst = out + ((size_t)grp * nb + b) * gbytes;
+            if (type == AP_Q4_K_G16) pack_q4_K((const block_q4_K **)members, b, (block_q4_K_g16 *)dst);
+            else pack_q6_K((const block_q6_K **)members, b, (block_q6_K_g16 *)dst);
+        }
+    }
+    return type;
+}
+
+// Row n of an interleaved matrix as floats, with the GGUF's dequantization formulas
+void ap_grouped_dequant_row(const ap_weight *w, int n, float *y) {
+    const int nb = w->K / 256, l = n % AP_GROUP;
+    const uint8_t *group = w->data + (size_t)(n / AP_GROUP) * nb * ap_group_bytes(w->type);
+    for (int b = 0; b < nb; b++) {
+        float *o = y + 256 * b;
+        if (w->type == AP_Q4_K_G16) {
+            const block_q4_K_g16 *g = (const block_q4_K_g16 *)group + b;
+            const float d = ap_h2f(g->d[l]), dmin = ap_h2f(g->dmin[l]);
+            for (int e = 0; e < 256; e++) {
+                const int j = e / 32;
+                o[e] = d * g->sc[j / 2][l][j % 2] * ap_q4k_g16_value(g, l, e) - dmin * g->mn[j / 2][l][j % 2];
+            }
+        } else {
+            const block_q6_K_g16 *g = (const block_q6_K_g16 *)group + b;
+            const float d = ap_h2f(g->d[l]);
+            for (int e = 0; e < 256; e++) {
+                const int j = e / 16;
+                o[e] = d * g->sc[j / 2][l][j % 2] * (ap_q6k_g16_value(g, l, e) - 32);
+            }
+        }
+    }
+}
