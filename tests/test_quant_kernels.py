@@ -157,6 +157,70 @@ def test_products_are_the_gguf_weights_times_the_activations(real_matrices, type
     assert torch.allclose(rows, exact[[0, 5, weight.rows - 1]], rtol=1e-6, atol=1e-7)
 
 
+def _quantized_activations(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """q int8 [M, K], d [M, K/256], s16 [M, K/16], s32 [M, K/32] as the kernels make them."""
+    lib = load_library()
+    rows, cols = x.shape
+    q = torch.empty(rows, cols, dtype=torch.int8)
+    d = torch.empty(rows, cols // 256)
+    s16 = torch.empty(rows, cols // 16, dtype=torch.int16)
+    s32 = torch.empty(rows, cols // 32, dtype=torch.int16)
+    lib.ap_quantize_rows(x.contiguous().data_ptr(), rows, cols, 256, q.data_ptr(), d.data_ptr(), s16.data_ptr(),
+                         s32.data_ptr(), 1)
+    return q.numpy().astype(np.int64), d.numpy(), s16.numpy().astype(np.int64), s32.numpy().astype(np.int64)
+
+
+def _k_quant_values(blocks: np.ndarray, type_name: str):
+    """From GGUF super-blocks [N, nb, bytes]: (d, dmin, per-sub-block scales, minimums, values), the
+    file's own encoding read independently of the C code (ggml-quants.c's layouts)."""
+    f16 = lambda at: blocks[..., at:at + 2].copy().view(np.float16)[..., 0].astype(np.float32)  # noqa: E731
+    if type_name == "Q4_K":
+        s = blocks[..., 4:16].astype(np.int64)
+        sc = np.concatenate([s[..., 0:4] & 63, (s[..., 8:12] & 0xF) | ((s[..., 0:4] >> 6) << 4)], axis=-1)
+        mn = np.concatenate([s[..., 4:8] & 63, (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)], axis=-1)
+        qs = blocks[..., 16:144].astype(np.int64).reshape(*blocks.shape[:2], 4, 32)  # 4 x 32 bytes: sub-blocks 2c, 2c+1
+        values = np.stack([qs & 15, qs >> 4], axis=3).reshape(*blocks.shape[:2], 256)
+        return f16(0), f16(2), sc, mn, values
+    ql = blocks[..., 0:128].astype(np.int64).reshape(*blocks.shape[:2], 2, 2, 32)   # [half][first/second 32 bytes]
+    qh = blocks[..., 128:192].astype(np.int64).reshape(*blocks.shape[:2], 2, 1, 32)
+    low = np.concatenate([ql[..., 0, :] & 15, ql[..., 1, :] & 15, ql[..., 0, :] >> 4, ql[..., 1, :] >> 4], axis=-1)
+    high = np.concatenate([(qh[..., 0, :] >> (2 * quarter)) & 3 for quarter in range(4)], axis=-1)
+    values = (low | (high << 4)).reshape(*blocks.shape[:2], 256)
+    scales = blocks[..., 192:208].copy().view(np.int8).astype(np.int64)
+    return f16(208), None, scales, None, values
+
+
+@pytest.mark.parametrize("type_name", ["Q4_K", "Q6_K"])
+@pytest.mark.parametrize("rows", [96, 90])
+def test_k_quants_follow_their_definition_bitwise(real_matrices, type_name, rows):
+    """The interleaved kernels against the definition in ap_common.h, computed here in numpy from
+    the GGUF's own blocks (exact integers, then float32 steps super-block by super-block): equal bit
+    for bit, on every path, also when the last group of 16 rows is partly padding (90 rows)."""
+    ggml_type = next(t for t, n in NATIVE_TYPES.items() if n == type_name)
+    source = real_matrices[ggml_type]
+    weight = QuantWeight(ggml_type, rows, source.cols, np.ascontiguousarray(source.data[:rows]))
+    x = _activations(6, weight.cols, seed=4)
+    q, dx, s16, s32 = _quantized_activations(x)
+    nb = weight.cols // 256
+    d, dmin, scales, mins, values = _k_quant_values(weight.data.reshape(rows, nb, -1), type_name)
+    xs = q.reshape(len(q), nb, 256)
+    per_scale = 32 if type_name == "Q4_K" else 16
+    weights = values if type_name == "Q4_K" else values - 32
+    parts = np.einsum("nbji,mbji->nmbj", weights.reshape(rows, nb, -1, per_scale), xs.reshape(len(q), nb, -1, per_scale))
+    isum = (scales[:, None] * parts).sum(-1)                                                 # [N, M, nb], exact
+    expected = np.zeros((rows, len(q)), dtype=np.float32)
+    for b in range(nb):
+        step = (d[:, b, None] * dx[None, :, b]) * isum[..., b].astype(np.float32)
+        if type_name == "Q4_K":
+            msum = (mins[:, None, b, :] * s32[None, :, 8 * b:8 * b + 8]).sum(-1)
+            step = step - (dmin[:, b, None] * dx[None, :, b]) * msum.astype(np.float32)
+        expected = expected + step
+    expected = torch.from_numpy(expected.T.copy())
+    group = LinearGroup([weight])
+    for path in ("best", "avx2", "reference"):
+        assert torch.equal(group(x, path=path)[0], expected), f"{type_name} {path} path differs from the definition"
+
+
 def test_a_group_with_biases_and_mixed_types_equals_its_members_alone(real_matrices):
     """q/k/v in one call: K-quant and 32-block types side by side (two activation quantizations), a bias."""
     from gguf import GGMLQuantizationType
