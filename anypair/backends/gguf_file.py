@@ -92,9 +92,20 @@ class GGUFFile:
             raise InputError(f"{self.path} is truncated: its header promises {needed:,} bytes, the file has "
                              f"{len(buffer):,}; fetch it again (`anypair fetch --verify` for zoo models)")
         whole = np.frombuffer(buffer, dtype=np.uint8)
+        self._base_address = whole.ctypes.data
         for name, dims, ggml_type, start, rows, row_bytes in layouts:
             data = whole[start:start + rows * row_bytes]
             self.tensors[name] = GGUFTensor(name, dims, ggml_type, data.reshape(rows, row_bytes) if len(dims) > 1 else data)
+
+    def release_pages(self, view: np.ndarray) -> None:
+        """Drop the resident pages behind `view` (a tensor's bytes) from this process: for tensors the
+        kernels copied into their own layout, so the file's pages do not count twice in the RSS. The
+        view stays valid (a later read maps the pages again)."""
+        page = mmap.PAGESIZE
+        start = view.ctypes.data - self._base_address
+        first, end = -(-start // page) * page, (start + view.nbytes) // page * page
+        if end > first:
+            self._map.madvise(mmap.MADV_DONTNEED, first, end - first)
 
     @property
     def architecture(self) -> str:

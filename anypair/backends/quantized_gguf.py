@@ -20,7 +20,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -80,14 +80,17 @@ def read_shape(gguf: GGUFFile) -> ModelShape:
     )
 
 
-def _decoder_layer(index: int, tensors: dict, cache_shape: tuple[int, ...]):
+def _decoder_layer(index: int, tensors: dict, cache_shape: tuple[int, ...], release: Callable[[np.ndarray], None]):
     from anypair.kernels import QuantWeight
     from anypair.kernels.ops import DecoderLayer
 
     def weight(name: str) -> QuantWeight:
         bias = tensors.get(f"blk.{index}.{name}.bias")
-        return QuantWeight.from_gguf_tensor(tensors[f"blk.{index}.{name}.weight"],
-                                            None if bias is None else _float_tensor(bias))
+        matrix = QuantWeight.from_gguf_tensor(tensors[f"blk.{index}.{name}.weight"],
+                                              None if bias is None else _float_tensor(bias))
+        if matrix.packed is not None:  # the kernels read their interleaved copy: the file's pages may go
+            release(matrix.data)
+        return matrix
 
     # zero pages are mapped lazily: an unused long context costs address space, not memory
     return DecoderLayer(
@@ -132,9 +135,12 @@ class QuantizedGGUFBackend(ModelBackend):
                                  else QuantWeight.from_gguf_tensor(output)])
         self.output_norm = _float_tensor(tensors["output_norm.weight"])
         cache_shape = (shape.kv_heads, self.max_context, shape.head_dim)
-        self.layers = [_decoder_layer(i, tensors, cache_shape) for i in range(shape.layers)]
+        self.layers = [_decoder_layer(i, tensors, cache_shape, gguf.release_pages) for i in range(shape.layers)]
         self.num_layers = shape.layers
         matrices = [w for layer in self.layers for w in layer.matrices]
+        for weight in self.head.weights + [self.embedding]:
+            if weight.packed is not None:
+                gguf.release_pages(weight.data)
         self.weight_types = sorted({w.type_name for w in matrices} | {w.type_name for w in self.head.weights})
         self.weights_bytes = sum(w.nbytes for w in matrices) + self.embedding.nbytes \
             + sum(w.nbytes for w in self.head.weights if w is not self.embedding)

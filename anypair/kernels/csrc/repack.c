@@ -18,31 +18,38 @@ size_t ap_packed_bytes(int ggml_type, int N, int K) {
     return (size_t)((N + AP_GROUP - 1) / AP_GROUP) * (size_t)(K / 256) * ap_group_bytes(type);
 }
 
+// one row's 256 values of a super-block into the group's interleaved bytes (low 4 bits)
+static void scatter_nibbles(const uint8_t v[256], int l, uint8_t qs[32][4 * AP_GROUP]) {
+    for (int t = 0; t < 32; t++)
+        for (int e = 0; e < 4; e++) qs[t][4 * l + e] = (uint8_t)((v[8 * t + e] & 15) | ((v[8 * t + 4 + e] & 15) << 4));
+}
+
 static void pack_q4_K(const block_q4_K *rows[AP_GROUP], int b, block_q4_K_g16 *g) {
     memset(g, 0, sizeof(*g));
     for (int l = 0; l < AP_GROUP; l++) {
         if (!rows[l]) continue;  // past N: zero block
         const block_q4_K *blk = &rows[l][b];
-        uint8_t sc[8], mn[8];
+        uint8_t sc[8], mn[8], v[256];
         ap_q4k_scales(blk->scales, sc, mn);
         g->d[l] = blk->d; g->dmin[l] = blk->dmin;
         for (int j = 0; j < 8; j++) { g->sc[j / 2][l][j % 2] = sc[j]; g->mn[j / 2][l][j % 2] = mn[j]; }
-        for (int t = 0; t < 32; t++)
-            for (int e = 0; e < 4; e++) {
-                const int lo = 8 * t + e, hi = 8 * t + 4 + e;  // element -> sub-block j = e/32, byte e%32 of qs[32*(j/2)]
-                const uint8_t *qlo = blk->qs + 32 * (lo / 64), *qhi = blk->qs + 32 * (hi / 64);
-                const int vlo = (lo % 64) < 32 ? (qlo[lo % 32] & 15) : (qlo[lo % 32] >> 4);
-                const int vhi = (hi % 64) < 32 ? (qhi[hi % 32] & 15) : (qhi[hi % 32] >> 4);
-                g->qs[t][4 * l + e] = (uint8_t)(vlo | (vhi << 4));
-            }
+        for (int c = 0; c < 4; c++)  // 32 bytes: sub-block 2c in the low nibbles, 2c+1 in the high
+            for (int i = 0; i < 32; i++) { v[64 * c + i] = blk->qs[32 * c + i] & 15; v[64 * c + 32 + i] = blk->qs[32 * c + i] >> 4; }
+        scatter_nibbles(v, l, g->qs);
     }
 }
 
-static int q6_K_value(const block_q6_K *blk, int e) {  // element e (0..255): 0..63, offset not applied
-    const int n = e / 128, i = e % 128, l = i % 32, quarter = i / 32;
-    const uint8_t *ql = blk->ql + 64 * n, *qh = blk->qh + 32 * n;
-    const int low = quarter == 0 ? (ql[l] & 15) : quarter == 1 ? (ql[l + 32] & 15) : quarter == 2 ? (ql[l] >> 4) : (ql[l + 32] >> 4);
-    return low | (((qh[l] >> (2 * quarter)) & 3) << 4);
+static void q6_K_values(const block_q6_K *blk, uint8_t v[256]) {  // 0..63, offset not applied
+    for (int n = 0; n < 2; n++) {
+        const uint8_t *ql = blk->ql + 64 * n, *qh = blk->qh + 32 * n;
+        uint8_t *y = v + 128 * n;
+        for (int l = 0; l < 32; l++) {
+            y[l] = (uint8_t)((ql[l] & 15) | (((qh[l] >> 0) & 3) << 4));
+            y[l + 32] = (uint8_t)((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4));
+            y[l + 64] = (uint8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+            y[l + 96] = (uint8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+        }
+    }
 }
 
 static void pack_q6_K(const block_q6_K *rows[AP_GROUP], int b, block_q6_K_g16 *g) {
@@ -50,12 +57,11 @@ static void pack_q6_K(const block_q6_K *rows[AP_GROUP], int b, block_q6_K_g16 *g
     for (int l = 0; l < AP_GROUP; l++) {
         if (!rows[l]) continue;
         const block_q6_K *blk = &rows[l][b];
-        int v[256];
-        for (int e = 0; e < 256; e++) v[e] = q6_K_value(blk, e);
+        uint8_t v[256];
+        q6_K_values(blk, v);
         g->d[l] = blk->d;
         for (int j = 0; j < 16; j++) g->sc[j / 2][l][j % 2] = blk->scales[j];
-        for (int t = 0; t < 32; t++)
-            for (int e = 0; e < 4; e++) g->ql[t][4 * l + e] = (uint8_t)((v[8 * t + e] & 15) | ((v[8 * t + 4 + e] & 15) << 4));
+        scatter_nibbles(v, l, g->ql);
         for (int u = 0; u < 16; u++)
             for (int e = 0; e < 4; e++)
                 g->qh[u][4 * l + e] = (uint8_t)((v[16 * u + e] >> 4) | ((v[16 * u + 4 + e] >> 4) << 2) |
