@@ -88,6 +88,11 @@ AP_INLINE __m256i broadcast4(const int8_t *p) {  // 4 bytes (or two int16) into 
     int32_t v; memcpy(&v, p, 4);
     return _mm256_set1_epi32(v);
 }
+// step t of 8 elements: low nibbles (elements 8t..8t+3) x x[0..3] plus high (8t+4..8t+7) x x[4..7],
+// as int16 pair sums per lane (exact: at most 2 x 2 x 63 x 127)
+AP_INLINE __m256i step_products(__m256i q0, __m256i q1, const int8_t *x) {
+    return _mm256_add_epi16(_mm256_maddubs_epi16(q0, broadcast4(x)), _mm256_maddubs_epi16(q1, broadcast4(x + 4)));
+}
 AP_INLINE __m256i both_halves_even(__m256i pair) {  // (lo, hi) int16 per lane -> (lo, lo)
     return _mm256_or_si256(_mm256_and_si256(pair, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(pair, 16));
 }
@@ -116,8 +121,7 @@ AP_INLINE void group_q4_K_half(const block_q4_K_g16 *g, const ap_act *a, int r0,
                     const __m256i q0 = _mm256_and_si256(packed, low4), q1 = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
                     for (int r = 0; r < R; r++) {
                         const int8_t *x = a->q + (size_t)(r0 + r) * a->K + 256 * b + 8 * t;
-                        part[r] = _mm256_add_epi16(part[r], _mm256_add_epi16(_mm256_maddubs_epi16(q0, broadcast4(x)),
-                                                                             _mm256_maddubs_epi16(q1, broadcast4(x + 4))));
+                        part[r] = _mm256_add_epi16(part[r], step_products(q0, q1, x));
                     }
                 }
                 for (int r = 0; r < R; r++) isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(part[r], scale));
@@ -168,8 +172,7 @@ AP_INLINE void group_q6_K_half(const block_q6_K_g16 *g, const ap_act *a, int r0,
                                                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4 * k + 2), three), 4));
                     for (int r = 0; r < R; r++) {
                         const int8_t *x = a->q + (size_t)(r0 + r) * a->K + 256 * b + 8 * t;
-                        const __m256i part = _mm256_add_epi16(_mm256_maddubs_epi16(q0, broadcast4(x)), _mm256_maddubs_epi16(q1, broadcast4(x + 4)));
-                        isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(part, scale));
+                        isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(step_products(q0, q1, x), scale));
                     }
                 }
             }
@@ -205,9 +208,10 @@ AP_INLINE void dot_float_tile(const uint8_t *wrow, int half, const ap_act *a, in
 }
 
 // one entry per type; the switch on R lets the compiler unroll each tile size, and rows past the
-// register tile of 4 are a second tile (each row's arithmetic is the same in either)
-#define TILED(name, call)                                                                    \
-    static void name##_tile(const uint8_t *wrow, const ap_act *a, int r0, int R, float *out) { \
+// register tile of 4 are a second tile (each row's arithmetic is the same in either). `weights` is a
+// weight row (per_row = 1 output per activation row) or a group of 16 (per_row = AP_GROUP).
+#define TILED(name, per_row, call)                                                           \
+    static void name##_tile(const uint8_t *weights, const ap_act *a, int r0, int R, float *out) { \
         switch (R) {                                                                         \
             case 1: { const int RR = 1; call; break; }                                       \
             case 2: { const int RR = 2; call; break; }                                       \
@@ -215,16 +219,16 @@ AP_INLINE void dot_float_tile(const uint8_t *wrow, int half, const ap_act *a, in
             default: { const int RR = 4; call; break; }                                      \
         }                                                                                    \
     }                                                                                        \
-    static void name(const uint8_t *wrow, const ap_act *a, int r0, int R, float *out) {     \
+    static void name(const uint8_t *weights, const ap_act *a, int r0, int R, float *out) {  \
         for (int done = 0; done < R; done += AVX2_TILE)                                      \
-            name##_tile(wrow, a, r0 + done, R - done < AVX2_TILE ? R - done : AVX2_TILE, out + done); \
+            name##_tile(weights, a, r0 + done, R - done < AVX2_TILE ? R - done : AVX2_TILE, out + done * (per_row)); \
     }
-TILED(dot_q8_0_avx2, dot_signed32(wrow, sizeof(block_q8_0), AP_Q8_0, a, r0, RR, out))
-TILED(dot_q4_0_avx2, dot_signed32(wrow, sizeof(block_q4_0), AP_Q4_0, a, r0, RR, out))
-TILED(dot_q5_0_avx2, dot_signed32(wrow, sizeof(block_q5_0), AP_Q5_0, a, r0, RR, out))
-TILED(dot_q4_1_avx2, dot_q4_1_tile(wrow, a, r0, RR, out))
-TILED(dot_f32_avx2, dot_float_tile(wrow, 0, a, r0, RR, out))
-TILED(dot_f16_avx2, dot_float_tile(wrow, 1, a, r0, RR, out))
+TILED(dot_q8_0_avx2, 1, dot_signed32(weights, sizeof(block_q8_0), AP_Q8_0, a, r0, RR, out))
+TILED(dot_q4_0_avx2, 1, dot_signed32(weights, sizeof(block_q4_0), AP_Q4_0, a, r0, RR, out))
+TILED(dot_q5_0_avx2, 1, dot_signed32(weights, sizeof(block_q5_0), AP_Q5_0, a, r0, RR, out))
+TILED(dot_q4_1_avx2, 1, dot_q4_1_tile(weights, a, r0, RR, out))
+TILED(dot_f32_avx2, 1, dot_float_tile(weights, 0, a, r0, RR, out))
+TILED(dot_f16_avx2, 1, dot_float_tile(weights, 1, a, r0, RR, out))
 
 ap_dot_fn ap_dot_avx2(int type) {
     switch (type) {
@@ -238,22 +242,8 @@ ap_dot_fn ap_dot_avx2(int type) {
     }
 }
 
-// groups of 16 weight rows: activation rows in register tiles of 4, out[r][16] for the caller's R
-#define GROUP_TILED(name, call)                                                              \
-    static void name##_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) { \
-        switch (R) {                                                                         \
-            case 1: { const int RR = 1; call; break; }                                       \
-            case 2: { const int RR = 2; call; break; }                                       \
-            case 3: { const int RR = 3; call; break; }                                       \
-            default: { const int RR = 4; call; break; }                                      \
-        }                                                                                    \
-    }                                                                                        \
-    static void name(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {    \
-        for (int done = 0; done < R; done += AVX2_TILE)                                      \
-            name##_tile(group, a, r0 + done, R - done < AVX2_TILE ? R - done : AVX2_TILE, out + done * AP_GROUP); \
-    }
-GROUP_TILED(group_q4_K_avx2, group_q4_K_tile(group, a, r0, RR, out))
-GROUP_TILED(group_q6_K_avx2, group_q6_K_tile(group, a, r0, RR, out))
+TILED(group_q4_K_avx2, AP_GROUP, group_q4_K_tile(weights, a, r0, RR, out))
+TILED(group_q6_K_avx2, AP_GROUP, group_q6_K_tile(weights, a, r0, RR, out))
 
 ap_group_fn ap_group_avx2(int type) {
     switch (type) {

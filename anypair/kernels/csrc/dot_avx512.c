@@ -19,6 +19,16 @@ AP_INLINE __m512i broadcast4(const int8_t *p) {  // 4 bytes (or two int16) into 
     return _mm512_set1_epi32(v);
 }
 
+// step t of 8 elements for R activation rows: part[r] += the products of the low nibbles' values
+// (elements 8t..8t+3) and the high ones' (8t+4..8t+7) with the row's activations
+AP_INLINE void step_rows(__m512i *part, __m512i q0, __m512i q1, const ap_act *a, int r0, int R, int b, int t) {
+    for (int r = 0; r < R; r++) {
+        const int8_t *x = a->q + (size_t)(r0 + r) * a->K + 256 * b + 8 * t;
+        part[r] = _mm512_dpbusd_epi32(part[r], q0, broadcast4(x));
+        part[r] = _mm512_dpbusd_epi32(part[r], q1, broadcast4(x + 4));
+    }
+}
+
 AP_INLINE void group_q4_K_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
     const block_q4_K_g16 *g = (const block_q4_K_g16 *)group; const int nb = a->K / 256;
     __m512 acc[AP_ROW_TILE];
@@ -38,11 +48,7 @@ AP_INLINE void group_q4_K_tile(const uint8_t *group, const ap_act *a, int r0, in
                 for (int t = 4 * j; t < 4 * j + 4; t++) {
                     const __m512i packed = _mm512_loadu_si512(gb->qs[t]);
                     const __m512i q0 = _mm512_and_si512(packed, low4), q1 = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
-                    for (int r = 0; r < R; r++) {
-                        const int8_t *x = a->q + (size_t)(r0 + r) * a->K + 256 * b + 8 * t;
-                        part[r] = _mm512_dpbusd_epi32(part[r], q0, broadcast4(x));
-                        part[r] = _mm512_dpbusd_epi32(part[r], q1, broadcast4(x + 4));
-                    }
+                    step_rows(part, q0, q1, a, r0, R, b, t);
                 }
                 for (int r = 0; r < R; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(part[r], scale));
             }
@@ -92,11 +98,7 @@ AP_INLINE void group_q6_K_tile(const uint8_t *group, const ap_act *a, int r0, in
                                                        _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 4 * k), three), 4));
                     const __m512i q1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
                                                        _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 4 * k + 2), three), 4));
-                    for (int r = 0; r < R; r++) {
-                        const int8_t *x = a->q + (size_t)(r0 + r) * a->K + 256 * b + 8 * t;
-                        part[r] = _mm512_dpbusd_epi32(part[r], q0, broadcast4(x));
-                        part[r] = _mm512_dpbusd_epi32(part[r], q1, broadcast4(x + 4));
-                    }
+                    step_rows(part, q0, q1, a, r0, R, b, t);
                 }
                 for (int r = 0; r < R; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(part[r], scale));
             }
