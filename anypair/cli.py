@@ -21,6 +21,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--confidence-threshold", type=float, default=None,
                    help="end a draft round once the draft's probability that its proposal is right falls below "
                         "this (default: set by the adaptive policy from measured costs; 0: off)")
+    p.add_argument("--draft-window", type=int, default=None,
+                   help="the draft reads only the last N tokens of its prompt (default 256; 0: the whole prompt)")
     p.add_argument("--weights", "--dtype", dest="weights", choices=["auto", "fp32", "fp16", "bf16"], default="auto",
                    help="target weights on the torch engine (default auto: a GGUF-sourced target runs on the GGUF "
                         "engine; otherwise the fastest batch-invariant format of "
@@ -46,7 +48,8 @@ def _generator_options(args) -> dict:
     return dict(draft_length=args.draft_length, num_draft_tokens=args.num_draft_tokens, weights=args.weights,
                 threads=args.threads, draft_weights=args.draft_weights, engine=args.engine,
                 draft_engine=args.draft_engine, context=args.context, linear_kernel=args.linear_kernel,
-                confidence_threshold=args.confidence_threshold)
+                confidence_threshold=args.confidence_threshold,
+                **({} if args.draft_window is None else dict(draft_window=args.draft_window)))
 
 
 def _checked_options(args, drafter: str):

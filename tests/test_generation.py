@@ -89,6 +89,17 @@ def test_greedy_long_prompt(models, draft, long_prompt):
     assert result.stats.draft_tokens_accepted > 0  # code after code: the draft must help
 
 
+def test_the_draft_reads_only_its_prompt_window(models, long_prompt):
+    windowed = make_gen(models, SMOL, draft_window=64)
+    result = check_equal(windowed, models, long_prompt, n=32)
+    # the window and what was generated since (plus a token or two of realignment), not the prompt
+    assert windowed.draft_backend.cached_length <= 64 + result.stats.new_tokens + 4
+    assert result.stats.draft_tokens_accepted > 0  # code after code: 64 tokens are enough to help
+    whole = make_gen(models, SMOL, draft_window=0)
+    check_equal(whole, models, long_prompt, n=32)
+    assert whole.draft_backend.cached_length > 900
+
+
 @pytest.mark.parametrize("drafter", ["model", "lookup", "hybrid"])
 @pytest.mark.parametrize("policy", ["constant", "heuristic", "adaptive"])
 def test_every_drafter_and_policy(models, drafter, policy):

@@ -45,6 +45,7 @@ def assert_one_line_error(out: subprocess.CompletedProcess, *fragments: str) -> 
     (["-k", "0"], "num_draft_tokens"),
     (["-k", "-3"], "num_draft_tokens"),
     (["--confidence-threshold", "1.5"], "confidence_threshold"),
+    (["--draft-window", "-1"], "draft_window"),
 ])
 def test_cli_rejects_bad_numbers_in_one_line(flags, fragment):
     assert_one_line_error(cli("generate", "hi", "-m", "/no/such/model/folder", *flags), fragment)
@@ -71,7 +72,7 @@ def test_generator_rejects_bad_options_before_loading():
                     {"confidence_threshold": math.nan}, {"drafter": "fast"}, {"draft_length": "quick"},
                     {"sampled_drafts": "random"}, {"weights": "fp8"}, {"engine": "onnx"},
                     {"draft_engine": "onnx"}, {"backend": "onnx"}, {"linear_kernel": "blas"}, {"context": 0},
-                    {"context": "long"}, {"device": ""}):
+                    {"context": "long"}, {"device": ""}, {"draft_window": -5}):
         # the option is named in the error, not the missing folder: nothing was loaded first
         with pytest.raises(InputError, match=next(iter(options)).split("_")[0]):
             AnyPairGenerator("/no/such/model/folder", None, **options)

@@ -57,7 +57,7 @@ def test_device_defaults_to_the_gpu_only_when_there_is_one():
     ({"sampled_drafts": "random"}, "sampled_drafts"), ({"weights": "fp8"}, "weights"),
     ({"draft_weights": "q4"}, "weights"), ({"engine": "onnx"}, "engine"), ({"draft_engine": "vllm"}, "draft_engine"),
     ({"backend": "openvino"}, "backend"), ({"linear_kernel": "blas"}, "linear_kernel"), ({"context": 8}, "context"),
-    ({"device": 0}, "device"),
+    ({"device": 0}, "device"), ({"draft_window": -1}, "draft_window"), ({"draft_window": 1.5}, "draft_window"),
 ])
 def test_each_bad_option_is_a_one_line_input_error_naming_it(options, named):
     with pytest.raises(InputError, match=named) as caught:

@@ -248,6 +248,22 @@ def test_estimated_step_costs_match_measured_draft_ratio():
         estimated_step_costs(1, 1, 0, 0, multi_token_slope=-1.0)
 
 
+@pytest.mark.parametrize("draft_bytes, draft_layers, measured_ratio", [
+    (98_362_432, 30, 6.17 / 35.54),   # SmolLM2-135M Q4_1
+    (491_400_064, 24, 16.79 / 35.54),  # Qwen2.5-Coder-0.5B Q4_K_M
+])
+def test_estimated_step_costs_match_the_gguf_engine(draft_bytes, draft_layers, measured_ratio):
+    # single-token steps on the gguf engine over Qwen2.5-Coder-1.5B Q4_K_M (1.12 GB, 28 layers),
+    # AMD EPYC, 2 threads; the model takes 4 bytes of weights for one parameter
+    costs = estimated_step_costs(1_117_320_768 // 4, 28, draft_bytes // 4, draft_layers, multi_token_slope=0.25,
+                                 target_engine="gguf", draft_engine="gguf")
+    assert abs(costs.draft_step / measured_ratio - 1) < 0.2
+    # the torch figure, the old default for every engine, made the 135M draft cost half a target step
+    torch_priced = estimated_step_costs(1_117_320_768 // 4, 28, draft_bytes // 4, draft_layers,
+                                        multi_token_slope=0.25)
+    assert torch_priced.draft_step > costs.draft_step
+
+
 # -- num_draft_tokens: the constant length, the heuristic's start, the adaptive policy's cap -------
 
 

@@ -7,6 +7,12 @@ Two paths:
   bytes go through `Translator.draft_to_target`, and after verification `DraftSync.commit`
   re-aligns the draft's context with the smallest rollback of its KV cache.
 
+Prompt window: the draft reads only the last `prompt_window` tokens of its prompt. Reading costs
+the draft a forward over every prompt token before the first round, paid again on every request,
+while what a small draft predicts rests mostly on the last few hundred tokens: on a 700-token
+article the full read was a fifth of the request's time (CNN/DailyMail, 2 CPU cores), and the
+window of 256 took the median speedup there from 0.77x to 0.89x with the same output.
+
 The draft's KV cache persists across rounds: `_context_ids` is the draft's whole token context and
 the backend caches a prefix of it; whatever is past that prefix is fed at the next step.
 
@@ -48,6 +54,7 @@ class ModelDrafter(Drafter):
         generator: Optional[torch.Generator] = None,
         token_healing: bool = True,
         intersection_sampling: bool = False,
+        prompt_window: int = 0,
     ) -> None:
         from anypair.tokenization import same_vocabulary as vocab_equal
 
@@ -64,6 +71,9 @@ class ModelDrafter(Drafter):
         # `intersection_sampling`: sample draft tokens the target also has, with their distributions
         self.draws_samples = self.sampling is not None and intersection_sampling
         self.generator = generator
+        if prompt_window < 0:
+            raise ValueError(f"prompt_window must be >= 0 draft tokens (0: the whole prompt), got {prompt_window}")
+        self.prompt_window = prompt_window  # 0: the whole prompt
         self._context_ids: list[int] = []  # draft ids (target ids on the same-vocabulary path)
         self._proposed_draft_ids: list[int] = []
         self._step_seconds: Optional[float] = None
@@ -100,6 +110,9 @@ class ModelDrafter(Drafter):
         else:
             self._context_ids = list(self.render_prompt(request))
             self.sync.reset()
+        if self.prompt_window and len(self._context_ids) > self.prompt_window:
+            # positions restart at 0 in the window: the draft sees a shorter document, not a gap
+            del self._context_ids[: len(self._context_ids) - self.prompt_window]
         self._proposed_draft_ids = []
         # the draft reads the prompt now, not inside the first round: a round that pays a
         # thousand-token prefill looks like drafting that loses time, and the policy would pause it

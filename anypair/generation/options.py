@@ -25,6 +25,9 @@ from anypair.generation.checks import check_choices, check_member_options, check
 from anypair.policies import DraftLengthPolicy, StepCosts, make_policy
 from anypair.types import SamplingConfig
 
+#: draft tokens of the prompt the draft model reads (its last ones; 0: all). See drafters.model.
+DEFAULT_DRAFT_WINDOW = 256
+
 DrafterKind = Literal["none", "model", "lookup", "hybrid", "given"]
 VerifierKind = Literal["greedy", "sampling"]
 
@@ -52,6 +55,7 @@ class GeneratorOptions:
     num_draft_tokens: Optional[int] = None
     confidence_threshold: Optional[float] = None
     sampled_drafts: str = "greedy"
+    draft_window: int = DEFAULT_DRAFT_WINDOW
     weights: str = "auto"
     draft_weights: str = "auto"
     engine: str = "auto"
@@ -65,7 +69,7 @@ class GeneratorOptions:
     def __post_init__(self) -> None:
         from anypair.backends.weights import parse_weights
 
-        check_options(self.num_draft_tokens, self.confidence_threshold, self.threads)
+        check_options(self.num_draft_tokens, self.confidence_threshold, self.threads, self.draft_window)
         check_choices(self.drafter, self.draft_length, self.sampled_drafts)
         check_member_options(self.engine, self.draft_engine, self.backend, self.linear_kernel, self.context,
                              self.device)

@@ -58,17 +58,27 @@ class StepCosts:
             raise ValueError(f"StepCosts needs draft_step > 0 and verify_slope >= 0, got {self}")
 
 
-# per-layer Python/dispatch overhead of a decode step, in parameters' worth of matrix work; fitted
-# on this project's 2-core CPU in fp32 (SmolLM2-135M step 55 ms, Qwen2.5-1.5B step 270 ms)
-LAYER_OVERHEAD_PARAMS = 7.4e6
+# per-layer overhead of a decode step (dispatch, norms, attention, threads waking), in parameters'
+# worth of matrix work, by engine. torch: Python and dispatch per op, fitted on this project's 2-core
+# CPU in fp32 (SmolLM2-135M step 55 ms, Qwen2.5-1.5B step 270 ms). gguf (anypair's C forward) and
+# llama.cpp: ~4 MB of weights' worth, fitted on the gguf engine (SmolLM2-135M Q4_1 6.2 ms,
+# Qwen2.5-Coder-0.5B 16.8 ms, -1.5B 35.5 ms per step, AMD EPYC, 2 threads); with the torch figure
+# there a 135M draft looked half a target step and seeded sampling never drafted.
+LAYER_OVERHEAD_PARAMS = {"torch": 7.4e6, "gguf": 1.0e6, "llama.cpp": 1.0e6}
+
+
+def layer_overhead_params(engine: str) -> float:
+    """`LAYER_OVERHEAD_PARAMS` of an engine (torch's, the dearest, for one not listed)."""
+    return LAYER_OVERHEAD_PARAMS.get(engine, LAYER_OVERHEAD_PARAMS["torch"])
 
 
 def estimated_step_costs(target_params: int, target_layers: int, draft_params: int, draft_layers: int,
-                         multi_token_slope: float) -> StepCosts:
+                         multi_token_slope: float, target_engine: str = "torch",
+                         draft_engine: str = "torch") -> StepCosts:
     """A timing-free cost model from model sizes: a decode step's time taken as proportional to
-    its parameters plus a fixed overhead per layer (what dominates small drafts)."""
-    target = target_params + LAYER_OVERHEAD_PARAMS * target_layers
-    draft = draft_params + LAYER_OVERHEAD_PARAMS * draft_layers
+    its parameters plus a fixed overhead per layer of its engine (what dominates small drafts)."""
+    target = target_params + layer_overhead_params(target_engine) * target_layers
+    draft = draft_params + layer_overhead_params(draft_engine) * draft_layers
     return StepCosts(draft_step=draft / target, verify_slope=multi_token_slope)
 
 
