@@ -157,15 +157,15 @@ def test_products_are_the_gguf_weights_times_the_activations(real_matrices, type
     assert torch.allclose(rows, exact[[0, 5, weight.rows - 1]], rtol=1e-6, atol=1e-7)
 
 
-def _quantized_activations(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """q int8 [M, K], d [M, K/256], s16 [M, K/16], s32 [M, K/32] as the kernels make them."""
+def _quantized_activations(x: torch.Tensor, block: int = 256) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """q int8 [M, K], d [M, K/block], s16 [M, K/16], s32 [M, K/32] as the kernels make them."""
     lib = load_library()
     rows, cols = x.shape
     q = torch.empty(rows, cols, dtype=torch.int8)
-    d = torch.empty(rows, cols // 256)
+    d = torch.empty(rows, cols // block)
     s16 = torch.empty(rows, cols // 16, dtype=torch.int16)
     s32 = torch.empty(rows, cols // 32, dtype=torch.int16)
-    lib.ap_quantize_rows(x.contiguous().data_ptr(), rows, cols, 256, q.data_ptr(), d.data_ptr(), s16.data_ptr(),
+    lib.ap_quantize_rows(x.contiguous().data_ptr(), rows, cols, block, q.data_ptr(), d.data_ptr(), s16.data_ptr(),
                          s32.data_ptr(), 1)
     return q.numpy().astype(np.int64), d.numpy(), s16.numpy().astype(np.int64), s32.numpy().astype(np.int64)
 
@@ -219,6 +219,34 @@ def test_k_quants_follow_their_definition_bitwise(real_matrices, type_name, rows
     group = LinearGroup([weight])
     for path in ("best", "avx2", "reference"):
         assert torch.equal(group(x, path=path)[0], expected), f"{type_name} {path} path differs from the definition"
+
+
+@pytest.mark.parametrize("rows", [96, 90])
+def test_q4_1_follows_its_definition_bitwise(real_matrices, rows):
+    """The interleaved Q4_1 kernels against the definition in ap_common.h (AP_Q4_1_G16), computed
+    here in numpy from the GGUF's own blocks: per 32-element block an exact int, then
+    acc + ((d * dx) * isum + (m * dx) * s32) in float32; every path, a padded last group too."""
+    source = real_matrices[3]
+    weight = QuantWeight(3, rows, source.cols, np.ascontiguousarray(source.data[:rows]))
+    assert weight.packed is not None  # the kernels read the interleaved copy
+    x = _activations(6, weight.cols, seed=5)
+    q, dx, _, s32 = _quantized_activations(x, block=32)
+    nb = weight.cols // 32
+    blocks = weight.data.reshape(rows, nb, 20)  # ggml's block_q4_1: d, m (fp16), 16 bytes of nibbles
+    d = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+    m = blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
+    nibbles = blocks[..., 4:20].astype(np.int64)
+    values = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1)            # elements 0..15, then 16..31
+    isum = np.einsum("nbi,mbi->nmb", values, q.reshape(len(q), nb, 32))       # exact
+    expected = np.zeros((rows, len(q)), dtype=np.float32)
+    for b in range(nb):
+        step = (d[:, b, None] * dx[None, :, b]) * isum[..., b].astype(np.float32) \
+            + (m[:, b, None] * dx[None, :, b]) * s32[None, :, b].astype(np.float32)
+        expected = expected + step
+    expected = torch.from_numpy(expected.T.copy())
+    group = LinearGroup([weight])
+    for path in ("best", "avx2", "reference"):
+        assert torch.equal(group(x, path=path)[0], expected), f"Q4_1 {path} path differs from the definition"
 
 
 def test_a_group_with_biases_and_mixed_types_equals_its_members_alone(real_matrices):

@@ -60,11 +60,12 @@ class StepCosts:
 
 # per-layer overhead of a decode step (dispatch, norms, attention, threads waking), in parameters'
 # worth of matrix work, by engine. torch: Python and dispatch per op, fitted on this project's 2-core
-# CPU in fp32 (SmolLM2-135M step 55 ms, Qwen2.5-1.5B step 270 ms). gguf (anypair's C forward) and
-# llama.cpp: ~4 MB of weights' worth, fitted on the gguf engine (SmolLM2-135M Q4_1 6.2 ms,
-# Qwen2.5-Coder-0.5B 16.8 ms, -1.5B 35.5 ms per step, AMD EPYC, 2 threads); with the torch figure
-# there a 135M draft looked half a target step and seeded sampling never drafted.
-LAYER_OVERHEAD_PARAMS = {"torch": 7.4e6, "gguf": 1.0e6, "llama.cpp": 1.0e6}
+# CPU in fp32 (SmolLM2-135M step 55 ms, Qwen2.5-1.5B step 270 ms). gguf (anypair's C forward): ~1 MB
+# of weights' worth, fitted on single-token steps (SmolLM2-135M Q4_1 3.4 ms, Qwen2.5-Coder-0.5B
+# 16.8 ms, -1.5B 35.5 ms; AMD EPYC, 2 threads). llama.cpp: ~4 MB (its SmolLM2 step 9.3 ms there).
+# With the torch figure on every engine a 135M gguf draft looked half a target step, and seeded
+# sampling never drafted.
+LAYER_OVERHEAD_PARAMS = {"torch": 7.4e6, "gguf": 0.25e6, "llama.cpp": 1.0e6}
 
 
 def layer_overhead_params(engine: str) -> float:

@@ -11,8 +11,9 @@
 // Two orders exist:
 // - 32-element block types and float weights (row layout, as in the file): 8 float lanes, lane i
 //   owns bytes 4i..4i+3 of each 32-element chunk, then one fixed reduction tree (ap_reduce8).
-// - K-quants (Q4_K, Q6_K; interleaved layout, 16 weight rows per group): one float accumulator per
-//   (weight row, activation row), one step per 256-element super-block, see AP_Q4_K_G16 below.
+// - K-quants (Q4_K, Q6_K) and Q4_1 (interleaved layout, 16 weight rows per group): one float
+//   accumulator per (weight row, activation row), one step per block (256 elements for the K-quants,
+//   32 for Q4_1), see AP_Q4_K_G16 and AP_Q4_1_G16 below.
 #ifndef ANYPAIR_COMMON_H
 #define ANYPAIR_COMMON_H
 
@@ -36,8 +37,8 @@ enum ap_path { AP_PATH_BEST = 0, AP_PATH_REFERENCE = 1, AP_PATH_AVX2 = 2 };
 enum ap_type {
     AP_F32 = 0, AP_F16 = 1, AP_Q4_0 = 2, AP_Q4_1 = 3, AP_Q5_0 = 6, AP_Q8_0 = 8,
     AP_Q4_K = 12, AP_Q6_K = 14,
-    // anypair's interleaved K-quant layouts (not ggml types): what ap_repack makes of Q4_K / Q6_K rows
-    AP_Q4_K_G16 = 112, AP_Q6_K_G16 = 114,
+    // anypair's interleaved layouts (not ggml types): what ap_repack makes of Q4_1 / Q4_K / Q6_K rows
+    AP_Q4_1_G16 = 103, AP_Q4_K_G16 = 112, AP_Q6_K_G16 = 114,
 };
 
 // GGUF blocks, byte for byte (ggml-common.h defines the same layouts)
@@ -82,9 +83,27 @@ typedef struct {
     uint8_t qh[16][4 * AP_GROUP];
 } block_q6_K_g16;  // 3360 B per 16 rows, as in the file
 
-static inline int ap_is_grouped(int type) { return type == AP_Q4_K_G16 || type == AP_Q6_K_G16; }
-static inline size_t ap_group_bytes(int type) {  // one group's super-block
-    return type == AP_Q4_K_G16 ? sizeof(block_q4_K_g16) : sizeof(block_q6_K_g16);
+// Q4_1 (the blocks of small drafts such as SmolLM2's Q4_1 GGUF), the same arrangement per 32-element
+// block: 4 steps of 8 elements, qs[t][4l + e] = q(8t + e) | q(8t + 4 + e) << 4 (q in 0..15). The
+// definition: acc = 0; for each block b in order:
+//           isum = sum_{i < 32} q_i * x_i                                   (exact int)
+//           acc  = acc + ((d * dx) * (float)isum + (m * dx) * (float)s32)
+// with d, m the block's fp16 scale and minimum as float, dx and s32 the activation row's scale and
+// int sum for block b.
+typedef struct {
+    uint16_t d[AP_GROUP], m[AP_GROUP];
+    uint8_t qs[4][4 * AP_GROUP];
+} block_q4_1_g16;  // 320 B per 16 rows, as in the file
+
+static inline int ap_is_grouped(int type) {
+    return type == AP_Q4_1_G16 || type == AP_Q4_K_G16 || type == AP_Q6_K_G16;
+}
+static inline size_t ap_group_bytes(int type) {  // one group's block (super-block for the K-quants)
+    return type == AP_Q4_1_G16 ? sizeof(block_q4_1_g16)
+         : type == AP_Q4_K_G16 ? sizeof(block_q4_K_g16) : sizeof(block_q6_K_g16);
+}
+static inline int ap_group_cols(int type) {  // columns one group block covers
+    return type == AP_Q4_1_G16 ? 32 : 256;
 }
 
 // Activation rows quantized for the integer dot products: per row, per block of `block` elements
@@ -193,6 +212,10 @@ int ap_act_block(int type);  // 256 / 32 / 0 (float rows)
 
 // value of element e (0..255) of lane l in a group super-block: Q4_K 0..15, Q6_K 0..63 (offset not applied)
 static inline int ap_q4k_g16_value(const block_q4_K_g16 *g, int l, int e) {
+    const uint8_t byte = g->qs[e / 8][4 * l + e % 4];
+    return (e % 8) < 4 ? (byte & 15) : (byte >> 4);
+}
+static inline int ap_q4_1_g16_value(const block_q4_1_g16 *g, int l, int e) {  // e = 0..31
     const uint8_t byte = g->qs[e / 8][4 * l + e % 4];
     return (e % 8) < 4 ? (byte & 15) : (byte >> 4);
 }

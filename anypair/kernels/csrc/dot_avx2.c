@@ -79,7 +79,7 @@ AP_INLINE void dot_q4_1_tile(const uint8_t *wrow, const ap_act *a, int r0, int R
     for (int r = 0; r < R; r++) out[r] = ap_reduce8_avx2(acc[r]) + macc[r];
 }
 
-// ---- interleaved K-quants: a group of 16 weight rows, 8 lanes (rows) per ymm, two halves ----------
+// ---- interleaved types: a group of 16 weight rows, 8 lanes (rows) per ymm, two halves ----------
 // maddubs multiplies a row's 4 weight bytes by the 4 broadcast activation bytes into two int16 pair
 // sums; several are added as int16 while they cannot overflow (Q4_K: 8 x 3810, Q6_K: 2 x 16002),
 // then madd with the scale in both halves of the lane gives scale * (sum of the products) as int32.
@@ -186,6 +186,39 @@ AP_INLINE void group_q6_K_half(const block_q6_K_g16 *g, const ap_act *a, int r0,
     for (int r = 0; r < R; r++) _mm256_storeu_ps(out + r * AP_GROUP + lane0, acc[r]);
 }
 
+// Q4_1: per 32-element block, 4 steps of int16 pair sums (exact: 4 x 2 x 2 x 15 x 128 < 2^15), one
+// madd by 1 into int32, then the block's float step for 8 rows at once
+AP_INLINE void group_q4_1_half(const block_q4_1_g16 *g, const ap_act *a, int r0, int R, int half, float *out) {
+    const int nb = a->K / 32, lane0 = 8 * half;
+    __m256 acc[AVX2_TILE];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    for (int b = 0; b < nb; b++) {
+        const block_q4_1_g16 *gb = &g[b];
+        __m256i part[AVX2_TILE];
+        for (int r = 0; r < R; r++) part[r] = _mm256_setzero_si256();
+        for (int t = 0; t < 4; t++) {
+            const __m256i packed = _mm256_loadu_si256((const __m256i *)(gb->qs[t] + 4 * lane0));
+            const __m256i q0 = _mm256_and_si256(packed, low4), q1 = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
+            for (int r = 0; r < R; r++)
+                part[r] = _mm256_add_epi16(part[r], step_products(q0, q1, a->q + (size_t)(r0 + r) * a->K + 32 * b + 8 * t));
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->d + lane0)));
+        const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->m + lane0)));
+        for (int r = 0; r < R; r++) {
+            const size_t at = (size_t)(r0 + r) * nb + b;
+            const __m256 dx = _mm256_set1_ps(a->d[at]), sx = _mm256_set1_ps((float)a->s32[at]);
+            const __m256 isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(part[r], ones));
+            acc[r] = _mm256_add_ps(acc[r], _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(d, dx), isum),
+                                                         _mm256_mul_ps(_mm256_mul_ps(m, dx), sx)));
+        }
+    }
+    for (int r = 0; r < R; r++) _mm256_storeu_ps(out + r * AP_GROUP + lane0, acc[r]);
+}
+
+AP_INLINE void group_q4_1_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
+    for (int half = 0; half < 2; half++) group_q4_1_half((const block_q4_1_g16 *)group, a, r0, R, half, out);
+}
 AP_INLINE void group_q4_K_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
     for (int half = 0; half < 2; half++) group_q4_K_half((const block_q4_K_g16 *)group, a, r0, R, half, out);
 }
@@ -242,11 +275,13 @@ ap_dot_fn ap_dot_avx2(int type) {
     }
 }
 
+TILED(group_q4_1_avx2, AP_GROUP, group_q4_1_tile(weights, a, r0, RR, out))
 TILED(group_q4_K_avx2, AP_GROUP, group_q4_K_tile(weights, a, r0, RR, out))
 TILED(group_q6_K_avx2, AP_GROUP, group_q6_K_tile(weights, a, r0, RR, out))
 
 ap_group_fn ap_group_avx2(int type) {
     switch (type) {
+        case AP_Q4_1_G16: return group_q4_1_avx2;
         case AP_Q4_K_G16: return group_q4_K_avx2;
         case AP_Q6_K_G16: return group_q6_K_avx2;
         default: return NULL;

@@ -1,5 +1,6 @@
-// AVX-512 (F/BW/VL + VNNI) kernels for the interleaved K-quants (Q4_K, Q6_K: the blocks of the
-// Q4_K_M targets), matching dot_ref.c's group functions bitwise. Other types run their AVX2 functions.
+// AVX-512 (F/BW/VL + VNNI) kernels for the interleaved types (Q4_K, Q6_K: the blocks of the Q4_K_M
+// targets; Q4_1: small drafts), matching dot_ref.c's group functions bitwise. Other types run their
+// AVX2 functions.
 //
 // A zmm register holds 4 values of each of the 16 weight rows of a group (lane l = row l); the 4
 // matching activation bytes are broadcast and VNNI's vpdpbusd adds the 4 products into each row's
@@ -19,14 +20,40 @@ AP_INLINE __m512i broadcast4(const int8_t *p) {  // 4 bytes (or two int16) into 
     return _mm512_set1_epi32(v);
 }
 
-// step t of 8 elements for R activation rows: part[r] += the products of the low nibbles' values
-// (elements 8t..8t+3) and the high ones' (8t+4..8t+7) with the row's activations
-AP_INLINE void step_rows(__m512i *part, __m512i q0, __m512i q1, const ap_act *a, int r0, int R, int b, int t) {
+// step t of 8 elements of block b (`cols` columns) for R activation rows: part[r] += the products of
+// the low nibbles' values (elements 8t..8t+3) and the high ones' (8t+4..8t+7) with the row's activations
+AP_INLINE void step_rows(__m512i *part, __m512i q0, __m512i q1, const ap_act *a, int r0, int R, int cols, int b, int t) {
     for (int r = 0; r < R; r++) {
-        const int8_t *x = a->q + (size_t)(r0 + r) * a->K + 256 * b + 8 * t;
+        const int8_t *x = a->q + (size_t)(r0 + r) * a->K + cols * b + 8 * t;
         part[r] = _mm512_dpbusd_epi32(part[r], q0, broadcast4(x));
         part[r] = _mm512_dpbusd_epi32(part[r], q1, broadcast4(x + 4));
     }
+}
+
+AP_INLINE void group_q4_1_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
+    const block_q4_1_g16 *g = (const block_q4_1_g16 *)group; const int nb = a->K / 32;
+    __m512 acc[AP_ROW_TILE];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(15);
+    for (int b = 0; b < nb; b++) {
+        const block_q4_1_g16 *gb = &g[b];
+        __m512i isum[AP_ROW_TILE];
+        for (int r = 0; r < R; r++) isum[r] = _mm512_setzero_si512();
+        for (int t = 0; t < 4; t++) {
+            const __m512i packed = _mm512_loadu_si512(gb->qs[t]);
+            const __m512i q0 = _mm512_and_si512(packed, low4), q1 = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
+            step_rows(isum, q0, q1, a, r0, R, 32, b, t);
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb->d));
+        const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb->m));
+        for (int r = 0; r < R; r++) {
+            const size_t at = (size_t)(r0 + r) * nb + b;
+            const __m512 dx = _mm512_set1_ps(a->d[at]), sx = _mm512_set1_ps((float)a->s32[at]);
+            acc[r] = _mm512_add_ps(acc[r], _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(isum[r])),
+                                                         _mm512_mul_ps(_mm512_mul_ps(m, dx), sx)));
+        }
+    }
+    for (int r = 0; r < R; r++) _mm512_storeu_ps(out + r * AP_GROUP, acc[r]);
 }
 
 AP_INLINE void group_q4_K_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
@@ -48,7 +75,7 @@ AP_INLINE void group_q4_K_tile(const uint8_t *group, const ap_act *a, int r0, in
                 for (int t = 4 * j; t < 4 * j + 4; t++) {
                     const __m512i packed = _mm512_loadu_si512(gb->qs[t]);
                     const __m512i q0 = _mm512_and_si512(packed, low4), q1 = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
-                    step_rows(part, q0, q1, a, r0, R, b, t);
+                    step_rows(part, q0, q1, a, r0, R, 256, b, t);
                 }
                 for (int r = 0; r < R; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(part[r], scale));
             }
@@ -98,7 +125,7 @@ AP_INLINE void group_q6_K_tile(const uint8_t *group, const ap_act *a, int r0, in
                                                        _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 4 * k), three), 4));
                     const __m512i q1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
                                                        _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 4 * k + 2), three), 4));
-                    step_rows(part, q0, q1, a, r0, R, b, t);
+                    step_rows(part, q0, q1, a, r0, R, 256, b, t);
                 }
                 for (int r = 0; r < R; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(part[r], scale));
             }
@@ -126,11 +153,13 @@ AP_INLINE void group_q6_K_tile(const uint8_t *group, const ap_act *a, int r0, in
             default: { const int RR = 8; call; break; }                                      \
         }                                                                                    \
     }
+TILED(group_q4_1_avx512, group_q4_1_tile(group, a, r0, RR, out))
 TILED(group_q4_K_avx512, group_q4_K_tile(group, a, r0, RR, out))
 TILED(group_q6_K_avx512, group_q6_K_tile(group, a, r0, RR, out))
 
 ap_group_fn ap_group_avx512(int type) {
     switch (type) {
+        case AP_Q4_1_G16: return group_q4_1_avx512;
         case AP_Q4_K_G16: return group_q4_K_avx512;
         case AP_Q6_K_G16: return group_q6_K_avx512;
         default: return NULL;

@@ -1,5 +1,5 @@
-// The K-quants' interleaved layout (ap_common.h: block_q4_K_g16, block_q6_K_g16): made once at
-// load from the GGUF's rows, and read back per row for the embedding gather and the tests.
+// The interleaved layouts (ap_common.h: block_q4_1_g16, block_q4_K_g16, block_q6_K_g16): made once
+// at load from the GGUF's rows, and read back per row for the embedding gather and the tests.
 //
 // Only the arrangement changes: every value, scale and minimum is the file's, so the products are
 // those of the GGUF weights. Groups are independent, so the repack runs on all threads.
@@ -8,19 +8,20 @@
 #include "ap_common.h"
 
 static int grouped_type(int ggml_type) {
-    return ggml_type == AP_Q4_K ? AP_Q4_K_G16 : ggml_type == AP_Q6_K ? AP_Q6_K_G16 : -1;
+    return ggml_type == AP_Q4_K ? AP_Q4_K_G16 : ggml_type == AP_Q6_K ? AP_Q6_K_G16
+         : ggml_type == AP_Q4_1 ? AP_Q4_1_G16 : -1;
 }
 
 // bytes of the interleaved copy of an [N][K] matrix of `ggml_type` (0 when it has none)
 size_t ap_packed_bytes(int ggml_type, int N, int K) {
     const int type = grouped_type(ggml_type);
-    if (type < 0 || N <= 0 || K <= 0 || K % 256) return 0;
-    return (size_t)((N + AP_GROUP - 1) / AP_GROUP) * (size_t)(K / 256) * ap_group_bytes(type);
+    if (type < 0 || N <= 0 || K <= 0 || K % ap_group_cols(type)) return 0;
+    return (size_t)((N + AP_GROUP - 1) / AP_GROUP) * (size_t)(K / ap_group_cols(type)) * ap_group_bytes(type);
 }
 
-// one row's 256 values of a super-block into the group's interleaved bytes (low 4 bits)
-static void scatter_nibbles(const uint8_t v[256], int l, uint8_t qs[32][4 * AP_GROUP]) {
-    for (int t = 0; t < 32; t++)
+// one row's 8 * steps values of a block into the group's interleaved bytes (low 4 bits)
+static void scatter_nibbles(const uint8_t *v, int steps, int l, uint8_t (*qs)[4 * AP_GROUP]) {
+    for (int t = 0; t < steps; t++)
         for (int e = 0; e < 4; e++) qs[t][4 * l + e] = (uint8_t)((v[8 * t + e] & 15) | ((v[8 * t + 4 + e] & 15) << 4));
 }
 
@@ -35,7 +36,19 @@ static void pack_q4_K(const block_q4_K *rows[AP_GROUP], int b, block_q4_K_g16 *g
         for (int j = 0; j < 8; j++) { g->sc[j / 2][l][j % 2] = sc[j]; g->mn[j / 2][l][j % 2] = mn[j]; }
         for (int c = 0; c < 4; c++)  // 32 bytes: sub-block 2c in the low nibbles, 2c+1 in the high
             for (int i = 0; i < 32; i++) { v[64 * c + i] = blk->qs[32 * c + i] & 15; v[64 * c + 32 + i] = blk->qs[32 * c + i] >> 4; }
-        scatter_nibbles(v, l, g->qs);
+        scatter_nibbles(v, 32, l, g->qs);
+    }
+}
+
+static void pack_q4_1(const block_q4_1 *rows[AP_GROUP], int b, block_q4_1_g16 *g) {
+    memset(g, 0, sizeof(*g));
+    for (int l = 0; l < AP_GROUP; l++) {
+        if (!rows[l]) continue;  // past N: zero block
+        const block_q4_1 *blk = &rows[l][b];
+        uint8_t v[32];
+        for (int e = 0; e < 16; e++) { v[e] = blk->qs[e] & 15; v[e + 16] = blk->qs[e] >> 4; }
+        g->d[l] = blk->d; g->m[l] = blk->m;
+        scatter_nibbles(v, 4, l, g->qs);
     }
 }
 
@@ -61,7 +74,7 @@ static void pack_q6_K(const block_q6_K *rows[AP_GROUP], int b, block_q6_K_g16 *g
         q6_K_values(blk, v);
         g->d[l] = blk->d;
         for (int j = 0; j < 16; j++) g->sc[j / 2][l][j % 2] = blk->scales[j];
-        scatter_nibbles(v, l, g->ql);
+        scatter_nibbles(v, 32, l, g->ql);
         for (int u = 0; u < 16; u++)
             for (int e = 0; e < 4; e++)
                 g->qh[u][4 * l + e] = (uint8_t)((v[16 * u + e] >> 4) | ((v[16 * u + 4 + e] >> 4) << 2) |
@@ -69,11 +82,12 @@ static void pack_q6_K(const block_q6_K *rows[AP_GROUP], int b, block_q6_K_g16 *g
     }
 }
 
-// Rows [N][row_bytes] of a Q4_K or Q6_K matrix into `out` (ap_packed_bytes bytes). Returns the
-// interleaved type, or -1 for a type or shape without one.
+// Rows [N][row_bytes] of a Q4_1, Q4_K or Q6_K matrix into `out` (ap_packed_bytes bytes). Returns
+// the interleaved type, or -1 for a type or shape without one.
 int ap_repack(int ggml_type, const uint8_t *rows, size_t row_bytes, int N, int K, uint8_t *out, int nthreads) {
-    const int type = grouped_type(ggml_type), nb = K / 256;
-    if (type < 0 || N <= 0 || K <= 0 || K % 256) return -1;
+    const int type = grouped_type(ggml_type);
+    if (type < 0 || N <= 0 || K <= 0 || K % ap_group_cols(type)) return -1;
+    const int nb = K / ap_group_cols(type);
     const int groups = (N + AP_GROUP - 1) / AP_GROUP;
     const size_t gbytes = ap_group_bytes(type);
     #pragma omp parallel for schedule(static) num_threads(nthreads > 0 ? nthreads : omp_get_max_threads())
@@ -85,7 +99,8 @@ int ap_repack(int ggml_type, const uint8_t *rows, size_t row_bytes, int N, int K
         }
         for (int b = 0; b < nb; b++) {
             uint8_t *dst = out + ((size_t)grp * nb + b) * gbytes;
-            if (type == AP_Q4_K_G16) pack_q4_K((const block_q4_K **)members, b, (block_q4_K_g16 *)dst);
+            if (type == AP_Q4_1_G16) pack_q4_1((const block_q4_1 **)members, b, (block_q4_1_g16 *)dst);
+            else if (type == AP_Q4_K_G16) pack_q4_K((const block_q4_K **)members, b, (block_q4_K_g16 *)dst);
             else pack_q6_K((const block_q6_K **)members, b, (block_q6_K_g16 *)dst);
         }
     }
@@ -94,11 +109,15 @@ int ap_repack(int ggml_type, const uint8_t *rows, size_t row_bytes, int N, int K
 
 // Row n of an interleaved matrix as floats, with the GGUF's dequantization formulas
 void ap_grouped_dequant_row(const ap_weight *w, int n, float *y) {
-    const int nb = w->K / 256, l = n % AP_GROUP;
+    const int cols = ap_group_cols(w->type), nb = w->K / cols, l = n % AP_GROUP;
     const uint8_t *group = w->data + (size_t)(n / AP_GROUP) * nb * ap_group_bytes(w->type);
     for (int b = 0; b < nb; b++) {
-        float *o = y + 256 * b;
-        if (w->type == AP_Q4_K_G16) {
+        float *o = y + cols * b;
+        if (w->type == AP_Q4_1_G16) {
+            const block_q4_1_g16 *g = (const block_q4_1_g16 *)group + b;
+            const float d = ap_h2f(g->d[l]), m = ap_h2f(g->m[l]);
+            for (int e = 0; e < 32; e++) o[e] = d * ap_q4_1_g16_value(g, l, e) + m;
+        } else if (w->type == AP_Q4_K_G16) {
             const block_q4_K_g16 *g = (const block_q4_K_g16 *)group + b;
             const float d = ap_h2f(g->d[l]), dmin = ap_h2f(g->dmin[l]);
             for (int e = 0; e < 256; e++) {
