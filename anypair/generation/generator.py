@@ -98,9 +98,9 @@ class AnyPairGenerator:
                  threads: Optional[int] = None) -> None:
         self._load(target, draft, GeneratorOptions.of(
             drafter=drafter, draft_length=draft_length, num_draft_tokens=num_draft_tokens,
-            confidence_threshold=confidence_threshold, sampled_drafts=sampled_drafts, draft_window=draft_window, weights=weights,
-            draft_weights=draft_weights, dtype=dtype, engine=engine, draft_engine=draft_engine, context=context,
-            device=device, backend=backend, linear_kernel=linear_kernel, threads=threads))
+            confidence_threshold=confidence_threshold, sampled_drafts=sampled_drafts, draft_window=draft_window,
+            weights=weights, draft_weights=draft_weights, dtype=dtype, engine=engine, draft_engine=draft_engine,
+            context=context, device=device, backend=backend, linear_kernel=linear_kernel, threads=threads))
 
     @classmethod
     def from_options(cls, target: ModelSpec, draft: Optional[ModelSpec], options: GeneratorOptions) -> AnyPairGenerator:

@@ -9,7 +9,7 @@
 // reference agree bitwise, which tests/test_quant_kernels.py checks on real GGUF blocks.
 //
 // Two orders exist:
-// - 32-element block types and float weights (row layout, as in the file): 8 float lanes, lane i
+// - Q4_0, Q5_0, Q8_0 and float weights (row layout, as in the file): 8 float lanes, lane i
 //   owns bytes 4i..4i+3 of each 32-element chunk, then one fixed reduction tree (ap_reduce8).
 // - K-quants (Q4_K, Q6_K) and Q4_1 (interleaved layout, 16 weight rows per group): one float
 //   accumulator per (weight row, activation row), one step per block (256 elements for the K-quants,

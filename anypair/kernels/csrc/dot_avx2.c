@@ -33,7 +33,7 @@ AP_INLINE __m256 acc_lanes(__m256 acc, float scale, __m256i isum) {  // acc + sc
     return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(isum)));
 }
 
-// ---- 32-element blocks: Q8_0, Q4_0, Q5_0 (signed values), Q4_1 (unsigned + minimum) ----------------
+// ---- 32-element blocks in the row layout: Q8_0, Q4_0, Q5_0 (signed values) -------------------------
 
 AP_INLINE void dot_signed32(const uint8_t *wrow, size_t bsize, int kind, const ap_act *a, int r0, int R, float *out) {
     const int nb = a->K / 32;
@@ -59,24 +59,6 @@ AP_INLINE void dot_signed32(const uint8_t *wrow, size_t bsize, int kind, const a
         }
     }
     for (int r = 0; r < R; r++) out[r] = ap_reduce8_avx2(acc[r]);
-}
-
-AP_INLINE void dot_q4_1_tile(const uint8_t *wrow, const ap_act *a, int r0, int R, float *out) {
-    const block_q4_1 *w = (const block_q4_1 *)wrow; const int nb = a->K / 32;
-    __m256 acc[AVX2_TILE]; float macc[AVX2_TILE];
-    for (int r = 0; r < R; r++) { acc[r] = _mm256_setzero_ps(); macc[r] = 0.0f; }
-    for (int b = 0; b < nb; b++) {
-        const float dw = _cvtsh_ss(w[b].d), mw = _cvtsh_ss(w[b].m);
-        __m256i q = load_nibbles_32(w[b].qs);
-        for (int r = 0; r < R; r++) {
-            const size_t row = (size_t)(r0 + r);
-            __m256i x = _mm256_loadu_si256((const __m256i *)(a->q + row * a->K + 32 * b));
-            const float dx = a->d[row * nb + b];
-            acc[r] = acc_lanes(acc[r], dw * dx, madd_u8_s8(q, x));
-            macc[r] = macc[r] + (mw * dx) * (float)a->s32[row * nb + b];
-        }
-    }
-    for (int r = 0; r < R; r++) out[r] = ap_reduce8_avx2(acc[r]) + macc[r];
 }
 
 // ---- interleaved types: a group of 16 weight rows, 8 lanes (rows) per ymm, two halves ----------
@@ -259,7 +241,6 @@ AP_INLINE void dot_float_tile(const uint8_t *wrow, int half, const ap_act *a, in
 TILED(dot_q8_0_avx2, 1, dot_signed32(weights, sizeof(block_q8_0), AP_Q8_0, a, r0, RR, out))
 TILED(dot_q4_0_avx2, 1, dot_signed32(weights, sizeof(block_q4_0), AP_Q4_0, a, r0, RR, out))
 TILED(dot_q5_0_avx2, 1, dot_signed32(weights, sizeof(block_q5_0), AP_Q5_0, a, r0, RR, out))
-TILED(dot_q4_1_avx2, 1, dot_q4_1_tile(weights, a, r0, RR, out))
 TILED(dot_f32_avx2, 1, dot_float_tile(weights, 0, a, r0, RR, out))
 TILED(dot_f16_avx2, 1, dot_float_tile(weights, 1, a, r0, RR, out))
 
@@ -268,7 +249,6 @@ ap_dot_fn ap_dot_avx2(int type) {
         case AP_F32: return dot_f32_avx2;
         case AP_F16: return dot_f16_avx2;
         case AP_Q4_0: return dot_q4_0_avx2;
-        case AP_Q4_1: return dot_q4_1_avx2;
         case AP_Q5_0: return dot_q5_0_avx2;
         case AP_Q8_0: return dot_q8_0_avx2;
         default: return NULL;

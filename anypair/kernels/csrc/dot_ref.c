@@ -45,23 +45,6 @@ static void dot_q4_0_ref(const uint8_t *wrow, const ap_act *a, int r0, int R, fl
     }
 }
 
-static void dot_q4_1_ref(const uint8_t *wrow, const ap_act *a, int r0, int R, float *out) {
-    const block_q4_1 *w = (const block_q4_1 *)wrow; const int nb = a->K / 32;
-    for (int r = 0; r < R; r++) {
-        const int8_t *x = a->q + (size_t)(r0 + r) * a->K; const float *dx = a->d + (size_t)(r0 + r) * nb;
-        const int16_t *sx = a->s32 + (size_t)(r0 + r) * nb;
-        float acc[8] = {0}, macc = 0.0f;
-        for (int b = 0; b < nb; b++) {
-            int8_t q[32];
-            for (int e = 0; e < 16; e++) { q[e] = (int8_t)(w[b].qs[e] & 15); q[e + 16] = (int8_t)(w[b].qs[e] >> 4); }
-            float s = ap_h2f(w[b].d) * dx[b];
-            for (int i = 0; i < 8; i++) acc[i] = acc[i] + s * (float)lane4(q, x + 32 * b, i);
-            macc = macc + (ap_h2f(w[b].m) * dx[b]) * (float)sx[b];
-        }
-        out[r] = ap_reduce8(acc) + macc;
-    }
-}
-
 static void dot_q5_0_ref(const uint8_t *wrow, const ap_act *a, int r0, int R, float *out) {
     const block_q5_0 *w = (const block_q5_0 *)wrow; const int nb = a->K / 32;
     for (int r = 0; r < R; r++) {
@@ -170,7 +153,7 @@ static void dot_f16_ref(const uint8_t *wrow, const ap_act *a, int r0, int R, flo
 int ap_act_block(int type) {
     switch (type) {
         case AP_Q4_K_G16: case AP_Q6_K_G16: return 256;
-        case AP_Q4_0: case AP_Q4_1: case AP_Q5_0: case AP_Q8_0: case AP_Q4_1_G16: return 32;
+        case AP_Q4_0: case AP_Q5_0: case AP_Q8_0: case AP_Q4_1_G16: return 32;
         default: return 0;
     }
 }
@@ -180,7 +163,6 @@ ap_dot_fn ap_dot_ref(int type) {
         case AP_F32: return dot_f32_ref;
         case AP_F16: return dot_f16_ref;
         case AP_Q4_0: return dot_q4_0_ref;
-        case AP_Q4_1: return dot_q4_1_ref;
         case AP_Q5_0: return dot_q5_0_ref;
         case AP_Q8_0: return dot_q8_0_ref;
         default: return NULL;

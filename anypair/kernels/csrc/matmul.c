@@ -142,14 +142,6 @@ static void dequant_row(int type, const uint8_t *row, int K, float *y) {
             }
             return;
         }
-        case AP_Q4_1: {
-            const block_q4_1 *b = (const block_q4_1 *)row;
-            for (int i = 0; i < K / 32; i++) {
-                float d = ap_h2f(b[i].d), m = ap_h2f(b[i].m);
-                for (int e = 0; e < 16; e++) { y[32 * i + e] = d * (b[i].qs[e] & 15) + m; y[32 * i + e + 16] = d * (b[i].qs[e] >> 4) + m; }
-            }
-            return;
-        }
         case AP_Q5_0: {
             const block_q5_0 *b = (const block_q5_0 *)row;
             for (int i = 0; i < K / 32; i++) {
