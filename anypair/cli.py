@@ -22,7 +22,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                    help="end a draft round once the draft's probability that its proposal is right falls below "
                         "this (default: set by the adaptive policy from measured costs; 0: off)")
     p.add_argument("--draft-window", type=int, default=None,
-                   help="the draft reads only the last N tokens of its prompt (default 256; 0: the whole prompt)")
+                   help="the draft reads only the last N tokens of its prompt (0: the whole prompt; default: by the "
+                        "draft's cost, 256 for SmolLM2-135M, fewer for a dearer draft)")
     p.add_argument("--weights", "--dtype", dest="weights", choices=["auto", "fp32", "fp16", "bf16"], default="auto",
                    help="target weights on the torch engine (default auto: a GGUF-sourced target runs on the GGUF "
                         "engine; otherwise the fastest batch-invariant format of "

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from anypair.errors import InputError, UnknownModelError
+from anypair.policies import draft_prompt_window
 
 TARGET = "Qwen/Qwen2.5-Coder-0.5B-Instruct"
 SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -98,6 +99,9 @@ def test_the_draft_reads_only_its_prompt_window(models, long_prompt):
     whole = make_gen(models, SMOL, draft_window=0)
     check_equal(whole, models, long_prompt, n=32)
     assert whole.draft_backend.cached_length > 900
+    # unset, the window follows the draft's estimated cost
+    default = make_gen(models, SMOL)
+    assert default.draft_window == draft_prompt_window(default._model_draft_costs().draft_step)
 
 
 @pytest.mark.parametrize("drafter", ["model", "lookup", "hybrid"])

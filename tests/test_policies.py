@@ -15,6 +15,7 @@ from anypair.policies import (
     RoundFeedback,
     StepCosts,
     best_length,
+    draft_prompt_window,
     estimated_step_costs,
     make_policy,
 )
@@ -249,8 +250,8 @@ def test_estimated_step_costs_match_measured_draft_ratio():
 
 
 @pytest.mark.parametrize("draft_bytes, draft_layers, measured_ratio", [
-    (98_362_432, 30, 3.37 / 35.54),   # SmolLM2-135M Q4_1
-    (491_400_064, 24, 16.79 / 35.54),  # Qwen2.5-Coder-0.5B Q4_K_M
+    (98_362_432, 30, 4.02 / 33.37),   # SmolLM2-135M Q4_1
+    (491_400_064, 24, 13.89 / 33.37),  # Qwen2.5-Coder-0.5B Q4_K_M (Q5_0 interleaved; 16.79 / 35.54 before)
 ])
 def test_estimated_step_costs_match_the_gguf_engine(draft_bytes, draft_layers, measured_ratio):
     # single-token steps on the gguf engine over Qwen2.5-Coder-1.5B Q4_K_M (1.12 GB, 28 layers),
@@ -262,6 +263,21 @@ def test_estimated_step_costs_match_the_gguf_engine(draft_bytes, draft_layers, m
     torch_priced = estimated_step_costs(1_117_320_768 // 4, 28, draft_bytes // 4, draft_layers,
                                         multi_token_slope=0.25)
     assert torch_priced.draft_step > costs.draft_step
+
+
+def test_the_draft_prompt_window_shrinks_with_the_drafts_cost():
+    # the zoo's drafts over Qwen2.5-Coder-1.5B on the gguf engine, as the generator estimates them
+    target_params = 1_117_320_768 // 4
+    smollm2 = estimated_step_costs(target_params, 28, 96_436_224 // 4, 30, 0.25, "gguf", "gguf")
+    gemma = estimated_step_costs(target_params, 28, 253_113_024 // 4, 18, 0.25, "gguf", "llama.cpp")
+    qwen05 = estimated_step_costs(target_params, 28, 485_983_232 // 4, 24, 0.25, "gguf", "gguf")
+    windows = [draft_prompt_window(c.draft_step) for c in (smollm2, gemma, qwen05)]
+    assert windows == [256, 128, 96]
+    assert draft_prompt_window(0.01) == 256  # never more than the measured 256
+    assert draft_prompt_window(5.0) == 64   # a draft dearer than its target still reads some context
+    assert all(draft_prompt_window(step / 100) % 32 == 0 for step in range(1, 300))
+    with pytest.raises(ValueError):
+        draft_prompt_window(0.0)
 
 
 # -- num_draft_tokens: the constant length, the heuristic's start, the adaptive policy's cap -------

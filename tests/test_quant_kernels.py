@@ -249,6 +249,35 @@ def test_q4_1_follows_its_definition_bitwise(real_matrices, rows):
         assert torch.equal(group(x, path=path)[0], expected), f"Q4_1 {path} path differs from the definition"
 
 
+@pytest.mark.parametrize("rows", [96, 90])
+def test_q5_0_follows_its_definition_bitwise(real_matrices, rows):
+    """The interleaved Q5_0 kernels against the definition in ap_common.h (AP_Q5_0_G16), computed
+    here in numpy from the GGUF's own blocks (ggml's block_q5_0: d, 32 fifth bits, 16 bytes of
+    nibbles): per 32-element block the exact int sum of (q - 16) * x, then acc + (d * dx) * isum in
+    float32; every path, a padded last group too."""
+    source = real_matrices[6]
+    weight = QuantWeight(6, rows, source.cols, np.ascontiguousarray(source.data[:rows]))
+    assert weight.packed is not None  # the kernels read the interleaved copy
+    x = _activations(6, weight.cols, seed=6)
+    q, dx, _, _ = _quantized_activations(x, block=32)
+    nb = weight.cols // 32
+    blocks = weight.data.reshape(rows, nb, 22)
+    d = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+    high_bits = blocks[..., 2:6].copy().view(np.uint32)[..., 0].astype(np.int64)
+    nibbles = blocks[..., 6:22].astype(np.int64)
+    low = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1)                # elements 0..15, then 16..31
+    high = (high_bits[..., None] >> np.arange(32)) & 1                          # bit e: element e
+    values = (low | (high << 4)) - 16
+    isum = np.einsum("nbi,mbi->nmb", values, q.reshape(len(q), nb, 32))       # exact
+    expected = np.zeros((rows, len(q)), dtype=np.float32)
+    for b in range(nb):
+        expected = expected + (d[:, b, None] * dx[None, :, b]) * isum[..., b].astype(np.float32)
+    expected = torch.from_numpy(expected.T.copy())
+    group = LinearGroup([weight])
+    for path in ("best", "avx2", "reference"):
+        assert torch.equal(group(x, path=path)[0], expected), f"Q5_0 {path} path differs from the definition"
+
+
 def test_a_group_with_biases_and_mixed_types_equals_its_members_alone(real_matrices):
     """q/k/v in one call: K-quant and 32-block types side by side (two activation quantizations), a bias."""
     from gguf import GGMLQuantizationType

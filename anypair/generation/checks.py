@@ -10,7 +10,7 @@ from anypair.errors import InputError
 
 
 def check_options(num_draft_tokens: Optional[int], confidence_threshold: Optional[float],
-                  threads: Optional[int], draft_window: int = 0) -> None:
+                  threads: Optional[int], draft_window: Optional[int] = None) -> None:
     """The generator's numeric options (None means the default for each)."""
     if num_draft_tokens is not None and (not _is_int(num_draft_tokens) or num_draft_tokens < 1):
         raise InputError(f"num_draft_tokens (-k) must be a positive integer, got {num_draft_tokens!r}: "
@@ -20,7 +20,7 @@ def check_options(num_draft_tokens: Optional[int], confidence_threshold: Optiona
                          "(0 turns confidence stopping off; leave it unset for the adaptive default)")
     if threads is not None and (not _is_int(threads) or threads < 1):
         raise InputError(f"threads must be a positive integer, got {threads!r}: leave it unset for torch's default")
-    if not _is_int(draft_window) or draft_window < 0:
+    if draft_window is not None and (not _is_int(draft_window) or draft_window < 0):
         raise InputError(f"draft_window must be a whole number of draft tokens >= 0, got {draft_window!r} "
                          "(0: the draft reads the whole prompt)")
 

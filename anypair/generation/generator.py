@@ -27,7 +27,7 @@ from anypair.generation.options import (
     VerifierKind,
     plan_request,
 )
-from anypair.policies import DraftLengthPolicy, StepCosts, estimated_step_costs
+from anypair.policies import DraftLengthPolicy, StepCosts, draft_prompt_window, estimated_step_costs
 from anypair.types import GenerationResult, SamplingConfig
 from anypair.verifiers.base import Verifier
 
@@ -56,10 +56,12 @@ class AnyPairGenerator:
             Both keep the target's distribution exactly; which is faster depends on the pair:
             intersection sampling cannot propose the target's own merges of text the draft splits
             differently (runs of spaces in code, for one), which greedy translation can.
-        draft_window: the draft model reads only the last this many tokens of its prompt (default
-            256; 0: all of it). Its prompt read is paid before any round and on every request; a
-            small draft predicts from the last few hundred tokens anyway (CNN/DailyMail and QMSum
-            prompts of 430-950 tokens: median speedup 0.77/0.70x reading all, 0.89/0.90x with 256).
+        draft_window: the draft model reads only the last this many tokens of its prompt (0: all of
+            it; default None: by the draft's estimated cost, `policies.draft_prompt_window`: 256 for
+            a draft of up to 0.15 of a target step such as SmolLM2-135M, fewer for a dearer one,
+            at least 64). Its prompt read is paid before any round and on every request; a small
+            draft predicts from the last few hundred tokens anyway (CNN/DailyMail and QMSum prompts
+            of 430-950 tokens: median speedup 0.77/0.70x reading all, 0.89/0.90x with 256).
         weights: how the torch engine holds and multiplies the weights: "auto" (default: the
             fastest format of this machine that passes the target's batch-invariance contract, checked
             on the model at load: bf16 on CPUs with AVX-512-BF16/AMX and on GPUs, else fp16 weights
@@ -85,7 +87,7 @@ class AnyPairGenerator:
                  num_draft_tokens: Optional[int] = None,
                  confidence_threshold: Optional[float] = None,
                  sampled_drafts: str = "greedy",
-                 draft_window: int = DEFAULT_DRAFT_WINDOW,
+                 draft_window: Optional[int] = DEFAULT_DRAFT_WINDOW,
                  weights: Optional[str] = None,
                  draft_weights: str = "auto",
                  dtype: Union[str, torch.dtype, None] = None,
@@ -167,10 +169,18 @@ class AnyPairGenerator:
                                confidence_threshold=self.options.confidence_threshold,
                                sampling=sampling, generator=generator,
                                intersection_sampling=self.options.sampled_drafts == "intersection",
-                               prompt_window=self.options.draft_window)
+                               prompt_window=self.draft_window)
         if not sampling.do_sample:
             self._greedy_drafter = drafter
         return drafter
+
+    @property
+    def draft_window(self) -> int:
+        """Prompt tokens the draft model reads (0: all): the option, or by the draft's estimated cost."""
+        if self.options.draft_window is not None:
+            return self.options.draft_window
+        costs = self._model_draft_costs()
+        return draft_prompt_window(costs.draft_step) if costs is not None else 0
 
     def _draft_prompt_ids(self, prompt: Optional[str], messages: Optional[Sequence[dict]],
                           target_ids: Sequence[int]) -> list[int]:

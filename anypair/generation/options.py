@@ -25,8 +25,9 @@ from anypair.generation.checks import check_choices, check_member_options, check
 from anypair.policies import DraftLengthPolicy, StepCosts, make_policy
 from anypair.types import SamplingConfig
 
-#: draft tokens of the prompt the draft model reads (its last ones; 0: all). See drafters.model.
-DEFAULT_DRAFT_WINDOW = 256
+#: draft tokens of the prompt the draft model reads (its last ones; 0: all; None: by the draft's
+#: estimated cost, policies.draft_prompt_window: 256 for SmolLM2-135M). See drafters.model.
+DEFAULT_DRAFT_WINDOW: Optional[int] = None
 
 DrafterKind = Literal["none", "model", "lookup", "hybrid", "given"]
 VerifierKind = Literal["greedy", "sampling"]
@@ -55,7 +56,7 @@ class GeneratorOptions:
     num_draft_tokens: Optional[int] = None
     confidence_threshold: Optional[float] = None
     sampled_drafts: str = "greedy"
-    draft_window: int = DEFAULT_DRAFT_WINDOW
+    draft_window: Optional[int] = DEFAULT_DRAFT_WINDOW
     weights: str = "auto"
     draft_weights: str = "auto"
     engine: str = "auto"

@@ -1,7 +1,7 @@
 """Typed Python surface of the C kernels: weights held as their GGUF bytes, torch tensors in and out.
 
 `QuantWeight` is one [N, K] matrix in its GGUF type (memory-mapped bytes, never a float copy;
-Q4_1 and the K-quants Q4_K/Q6_K are rearranged once into the kernels' interleaved layout, 16 rows
+Q4_1, Q5_0 and the K-quants Q4_K/Q6_K are rearranged once into the kernels' interleaved layout, 16 rows
 per group, the same values in about as many bytes);
 `LinearGroup` multiplies activation rows by several matrices that read the same input (q/k/v,
 gate/up) in one call, quantizing the rows once. Types without a native kernel are dequantized once
@@ -23,7 +23,7 @@ from anypair.kernels.build import load_library
 #: ggml types with a kernel of their own (others are widened to F32 at load)
 NATIVE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 8: "Q8_0", 12: "Q4_K", 14: "Q6_K"}
 #: ggml types the kernels read in their interleaved layout (csrc/repack.c)
-INTERLEAVED_TYPES = {3, 12, 14}
+INTERLEAVED_TYPES = {3, 6, 12, 14}
 _F32 = 0
 #: which kernels a linear runs: the best compiled, the AVX2 path, or the scalar reference
 KernelPath = Literal["best", "reference", "avx2"]
@@ -57,7 +57,7 @@ class QuantWeight:
     data: np.ndarray  # uint8 [rows, row_bytes], usually a memory map of the GGUF
     bias: Optional[torch.Tensor] = None  # float32 [rows]
     type_name: str = ""
-    #: the interleaved copy the kernels read (Q4_1/Q4_K/Q6_K), else None: `data` is read in place
+    #: the interleaved copy the kernels read (Q4_1/Q5_0/Q4_K/Q6_K), else None: `data` is read in place
     packed: Optional[np.ndarray] = field(init=False, default=None, repr=False)
     _struct: _ApWeight = field(init=False, repr=False)
 
@@ -100,11 +100,11 @@ class QuantWeight:
 
 
 def _interleave(ggml_type: int, rows: np.ndarray, count: int, cols: int) -> tuple[int, np.ndarray]:
-    """Q4_1/Q4_K/Q6_K rows -> (kernel type, interleaved bytes): groups of 16 rows (csrc/repack.c)."""
+    """Q4_1/Q5_0/Q4_K/Q6_K rows -> (kernel type, interleaved bytes): groups of 16 rows (csrc/repack.c)."""
     lib = load_library()
     size = lib.ap_packed_bytes(ggml_type, count, cols)
     if size == 0:
-        block = 32 if ggml_type == 3 else 256
+        block = 32 if ggml_type in (3, 6) else 256
         raise ValueError(f"{NATIVE_TYPES[ggml_type]} matrix [{count}, {cols}]: columns must be a multiple of {block}")
     packed = np.empty(size, dtype=np.uint8)
     kernel_type = lib.ap_repack(ggml_type, rows.ctypes.data, rows.shape[1], count, cols, packed.ctypes.data, 0)

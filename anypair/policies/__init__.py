@@ -27,6 +27,7 @@ from anypair.policies.costs import (
     LinearCost,
     StepCosts,
     TimedCosts,
+    draft_prompt_window,
     estimated_step_costs,
 )
 from anypair.policies.expected_rate import ExpectedRateLength, best_length
@@ -57,5 +58,5 @@ __all__ = [
     "AcceptanceEstimate", "AdaptiveLength", "ConfidenceCalibration", "ConfidenceStopLength", "ConstantLength",
     "CostModel", "DraftLengthPolicy", "ExpectedRateLength", "FixedCosts", "HeuristicLength", "LinearCost",
     "ProbeSchedule", "RoundFeedback", "StepCosts", "TimedCosts", "best_length",
-    "estimated_step_costs", "make_policy",
+    "draft_prompt_window", "estimated_step_costs", "make_policy",
 ]

@@ -9,11 +9,11 @@
 // reference agree bitwise, which tests/test_quant_kernels.py checks on real GGUF blocks.
 //
 // Two orders exist:
-// - Q4_0, Q5_0, Q8_0 and float weights (row layout, as in the file): 8 float lanes, lane i
+// - Q4_0, Q8_0 and float weights (row layout, as in the file): 8 float lanes, lane i
 //   owns bytes 4i..4i+3 of each 32-element chunk, then one fixed reduction tree (ap_reduce8).
-// - K-quants (Q4_K, Q6_K) and Q4_1 (interleaved layout, 16 weight rows per group): one float
+// - K-quants (Q4_K, Q6_K), Q4_1 and Q5_0 (interleaved layout, 16 weight rows per group): one float
 //   accumulator per (weight row, activation row), one step per block (256 elements for the K-quants,
-//   32 for Q4_1), see AP_Q4_K_G16 and AP_Q4_1_G16 below.
+//   32 for Q4_1 and Q5_0), see AP_Q4_K_G16, AP_Q4_1_G16 and AP_Q5_0_G16 below.
 #ifndef ANYPAIR_COMMON_H
 #define ANYPAIR_COMMON_H
 
@@ -37,8 +37,8 @@ enum ap_path { AP_PATH_BEST = 0, AP_PATH_REFERENCE = 1, AP_PATH_AVX2 = 2 };
 enum ap_type {
     AP_F32 = 0, AP_F16 = 1, AP_Q4_0 = 2, AP_Q4_1 = 3, AP_Q5_0 = 6, AP_Q8_0 = 8,
     AP_Q4_K = 12, AP_Q6_K = 14,
-    // anypair's interleaved layouts (not ggml types): what ap_repack makes of Q4_1 / Q4_K / Q6_K rows
-    AP_Q4_1_G16 = 103, AP_Q4_K_G16 = 112, AP_Q6_K_G16 = 114,
+    // anypair's interleaved layouts (not ggml types): what ap_repack makes of Q4_1 / Q5_0 / Q4_K / Q6_K rows
+    AP_Q4_1_G16 = 103, AP_Q5_0_G16 = 106, AP_Q4_K_G16 = 112, AP_Q6_K_G16 = 114,
 };
 
 // GGUF blocks, byte for byte (ggml-common.h defines the same layouts)
@@ -95,15 +95,28 @@ typedef struct {
     uint8_t qs[4][4 * AP_GROUP];
 } block_q4_1_g16;  // 320 B per 16 rows, as in the file
 
+// Q5_0 (the blocks of Qwen2.5-0.5B's and Gemma-3's Q4_K_M files, whose 896- and 640-wide matrices
+// cannot hold 256-element K-quant blocks): the low 4 bits as Q4_1's qs, the fifth bits in one byte
+// per (lane, e): bit 2t + s of qh[4l + e] is the high bit of element 8t + 4s + e (t = 0..3, s = 0..1).
+// The definition: acc = 0; for each block b in order:
+//           isum = sum_{i < 32} (q_i - 16) * x_i                            (exact int, q_i in 0..31)
+//           acc  = acc + (d * dx) * (float)isum
+// with d the block's fp16 scale as float and dx the activation row's scale for block b.
+typedef struct {
+    uint16_t d[AP_GROUP];
+    uint8_t qh[4 * AP_GROUP];
+    uint8_t qs[4][4 * AP_GROUP];
+} block_q5_0_g16;  // 352 B per 16 rows, as in the file
+
 static inline int ap_is_grouped(int type) {
-    return type == AP_Q4_1_G16 || type == AP_Q4_K_G16 || type == AP_Q6_K_G16;
+    return type == AP_Q4_1_G16 || type == AP_Q5_0_G16 || type == AP_Q4_K_G16 || type == AP_Q6_K_G16;
 }
 static inline size_t ap_group_bytes(int type) {  // one group's block (super-block for the K-quants)
-    return type == AP_Q4_1_G16 ? sizeof(block_q4_1_g16)
+    return type == AP_Q4_1_G16 ? sizeof(block_q4_1_g16) : type == AP_Q5_0_G16 ? sizeof(block_q5_0_g16)
          : type == AP_Q4_K_G16 ? sizeof(block_q4_K_g16) : sizeof(block_q6_K_g16);
 }
 static inline int ap_group_cols(int type) {  // columns one group block covers
-    return type == AP_Q4_1_G16 ? 32 : 256;
+    return type == AP_Q4_1_G16 || type == AP_Q5_0_G16 ? 32 : 256;
 }
 
 // Activation rows quantized for the integer dot products: per row, per block of `block` elements
@@ -218,6 +231,11 @@ static inline int ap_q4k_g16_value(const block_q4_K_g16 *g, int l, int e) {
 static inline int ap_q4_1_g16_value(const block_q4_1_g16 *g, int l, int e) {  // e = 0..31
     const uint8_t byte = g->qs[e / 8][4 * l + e % 4];
     return (e % 8) < 4 ? (byte & 15) : (byte >> 4);
+}
+static inline int ap_q5_0_g16_value(const block_q5_0_g16 *g, int l, int e) {  // e = 0..31, 0..31 (offset not applied)
+    const uint8_t byte = g->qs[e / 8][4 * l + e % 4];
+    const int high = (g->qh[4 * l + e % 4] >> (2 * (e / 8) + (e % 8) / 4)) & 1;
+    return ((e % 8) < 4 ? (byte & 15) : (byte >> 4)) | (high << 4);
 }
 static inline int ap_q6k_g16_value(const block_q6_K_g16 *g, int l, int e) {
     const uint8_t low = g->ql[e / 8][4 * l + e % 4];

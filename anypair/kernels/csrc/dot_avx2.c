@@ -22,18 +22,11 @@ AP_INLINE __m256i load_nibbles_32(const uint8_t *qs) {  // 16 bytes -> 32 values
     __m128i lo = _mm_and_si128(v, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(15));
     return _mm256_set_m128i(hi, lo);
 }
-AP_INLINE __m256i bits_to_bytes_32(const uint8_t *p) {  // bit e of 4 bytes -> byte e = 0xFF or 0
-    uint32_t bits; memcpy(&bits, p, 4);
-    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits),
-                                     _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL));
-    const __m256i mask = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    return _mm256_cmpeq_epi8(_mm256_and_si256(v, mask), mask);
-}
 AP_INLINE __m256 acc_lanes(__m256 acc, float scale, __m256i isum) {  // acc + scale * isum, mul then add
     return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(isum)));
 }
 
-// ---- 32-element blocks in the row layout: Q8_0, Q4_0, Q5_0 (signed values) -------------------------
+// ---- 32-element blocks in the row layout: Q8_0, Q4_0 (signed values) --------------------------------
 
 AP_INLINE void dot_signed32(const uint8_t *wrow, size_t bsize, int kind, const ap_act *a, int r0, int R, float *out) {
     const int nb = a->K / 32;
@@ -45,11 +38,7 @@ AP_INLINE void dot_signed32(const uint8_t *wrow, size_t bsize, int kind, const a
         const float dw = _cvtsh_ss(dh);
         __m256i w;
         if (kind == AP_Q8_0) w = _mm256_loadu_si256((const __m256i *)(blk + 2));
-        else if (kind == AP_Q4_0) w = _mm256_sub_epi8(load_nibbles_32(blk + 2), _mm256_set1_epi8(8));
-        else {  // Q5_0: the fifth bit from qh
-            __m256i high = _mm256_and_si256(bits_to_bytes_32(blk + 2), _mm256_set1_epi8(16));
-            w = _mm256_sub_epi8(_mm256_or_si256(load_nibbles_32(blk + 6), high), _mm256_set1_epi8(16));
-        }
+        else w = _mm256_sub_epi8(load_nibbles_32(blk + 2), _mm256_set1_epi8(8));  // Q4_0
         __m256i wabs = _mm256_sign_epi8(w, w);
         for (int r = 0; r < R; r++) {
             const size_t row = (size_t)(r0 + r);
@@ -198,6 +187,46 @@ AP_INLINE void group_q4_1_half(const block_q4_1_g16 *g, const ap_act *a, int r0,
     for (int r = 0; r < R; r++) _mm256_storeu_ps(out + r * AP_GROUP + lane0, acc[r]);
 }
 
+// Q5_0: values 0..31 through maddubs as Q4_1's, int16 pair sums of 2 steps at a time (exact: 2 x 2 x
+// 2 x 31 x 128 < 2^15), then -16 x s32 for the offset, and the block's float step for 8 rows at once
+AP_INLINE void group_q5_0_half(const block_q5_0_g16 *g, const ap_act *a, int r0, int R, int half, float *out) {
+    const int nb = a->K / 32, lane0 = 8 * half;
+    __m256 acc[AVX2_TILE];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1), ones = _mm256_set1_epi16(1);
+    for (int b = 0; b < nb; b++) {
+        const block_q5_0_g16 *gb = &g[b];
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(gb->qh + 4 * lane0));
+        __m256i isum[AVX2_TILE];
+        for (int r = 0; r < R; r++) isum[r] = _mm256_setzero_si256();
+        for (int pair = 0; pair < 2; pair++) {
+            __m256i part[AVX2_TILE];
+            for (int r = 0; r < R; r++) part[r] = _mm256_setzero_si256();
+            for (int t = 2 * pair; t < 2 * pair + 2; t++) {
+                const __m256i packed = _mm256_loadu_si256((const __m256i *)(gb->qs[t] + 4 * lane0));
+                const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * t), one), 4);
+                const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * t + 1), one), 4);
+                const __m256i q0 = _mm256_or_si256(_mm256_and_si256(packed, low4), h0);
+                const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(packed, 4), low4), h1);
+                for (int r = 0; r < R; r++)
+                    part[r] = _mm256_add_epi16(part[r], step_products(q0, q1, a->q + (size_t)(r0 + r) * a->K + 32 * b + 8 * t));
+            }
+            for (int r = 0; r < R; r++) isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(part[r], ones));
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->d + lane0)));
+        for (int r = 0; r < R; r++) {
+            const size_t at = (size_t)(r0 + r) * nb + b;
+            const __m256i offset = _mm256_set1_epi32(16 * (int)a->s32[at]);
+            const __m256 dx = _mm256_set1_ps(a->d[at]);
+            acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[r], offset))));
+        }
+    }
+    for (int r = 0; r < R; r++) _mm256_storeu_ps(out + r * AP_GROUP + lane0, acc[r]);
+}
+
+AP_INLINE void group_q5_0_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
+    for (int half = 0; half < 2; half++) group_q5_0_half((const block_q5_0_g16 *)group, a, r0, R, half, out);
+}
 AP_INLINE void group_q4_1_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
     for (int half = 0; half < 2; half++) group_q4_1_half((const block_q4_1_g16 *)group, a, r0, R, half, out);
 }
@@ -240,7 +269,6 @@ AP_INLINE void dot_float_tile(const uint8_t *wrow, int half, const ap_act *a, in
     }
 TILED(dot_q8_0_avx2, 1, dot_signed32(weights, sizeof(block_q8_0), AP_Q8_0, a, r0, RR, out))
 TILED(dot_q4_0_avx2, 1, dot_signed32(weights, sizeof(block_q4_0), AP_Q4_0, a, r0, RR, out))
-TILED(dot_q5_0_avx2, 1, dot_signed32(weights, sizeof(block_q5_0), AP_Q5_0, a, r0, RR, out))
 TILED(dot_f32_avx2, 1, dot_float_tile(weights, 0, a, r0, RR, out))
 TILED(dot_f16_avx2, 1, dot_float_tile(weights, 1, a, r0, RR, out))
 
@@ -249,19 +277,20 @@ ap_dot_fn ap_dot_avx2(int type) {
         case AP_F32: return dot_f32_avx2;
         case AP_F16: return dot_f16_avx2;
         case AP_Q4_0: return dot_q4_0_avx2;
-        case AP_Q5_0: return dot_q5_0_avx2;
         case AP_Q8_0: return dot_q8_0_avx2;
         default: return NULL;
     }
 }
 
 TILED(group_q4_1_avx2, AP_GROUP, group_q4_1_tile(weights, a, r0, RR, out))
+TILED(group_q5_0_avx2, AP_GROUP, group_q5_0_tile(weights, a, r0, RR, out))
 TILED(group_q4_K_avx2, AP_GROUP, group_q4_K_tile(weights, a, r0, RR, out))
 TILED(group_q6_K_avx2, AP_GROUP, group_q6_K_tile(weights, a, r0, RR, out))
 
 ap_group_fn ap_group_avx2(int type) {
     switch (type) {
         case AP_Q4_1_G16: return group_q4_1_avx2;
+        case AP_Q5_0_G16: return group_q5_0_avx2;
         case AP_Q4_K_G16: return group_q4_K_avx2;
         case AP_Q6_K_G16: return group_q6_K_avx2;
         default: return NULL;

@@ -1,5 +1,5 @@
 // AVX-512 (F/BW/VL + VNNI) kernels for the interleaved types (Q4_K, Q6_K: the blocks of the Q4_K_M
-// targets; Q4_1: small drafts), matching dot_ref.c's group functions bitwise. Other types run their
+// targets; Q4_1, Q5_0: small drafts), matching dot_ref.c's group functions bitwise. Other types run their
 // AVX2 functions.
 //
 // A zmm register holds 4 values of each of the 16 weight rows of a group (lane l = row l); the 4
@@ -51,6 +51,36 @@ AP_INLINE void group_q4_1_tile(const uint8_t *group, const ap_act *a, int r0, in
             const __m512 dx = _mm512_set1_ps(a->d[at]), sx = _mm512_set1_ps((float)a->s32[at]);
             acc[r] = _mm512_add_ps(acc[r], _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(isum[r])),
                                                          _mm512_mul_ps(_mm512_mul_ps(m, dx), sx)));
+        }
+    }
+    for (int r = 0; r < R; r++) _mm512_storeu_ps(out + r * AP_GROUP, acc[r]);
+}
+
+// Q5_0: vpdpbusd of the values 0..31, then -16 x s32 (the offset) in int32: exact, as the definition
+AP_INLINE void group_q5_0_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
+    const block_q5_0_g16 *g = (const block_q5_0_g16 *)group; const int nb = a->K / 32;
+    __m512 acc[AP_ROW_TILE];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(15), one = _mm512_set1_epi8(1);
+    for (int b = 0; b < nb; b++) {
+        const block_q5_0_g16 *gb = &g[b];
+        const __m512i qh = _mm512_loadu_si512(gb->qh);
+        __m512i isum[AP_ROW_TILE];
+        for (int r = 0; r < R; r++) isum[r] = _mm512_setzero_si512();
+        for (int t = 0; t < 4; t++) {
+            const __m512i packed = _mm512_loadu_si512(gb->qs[t]);
+            const __m512i h0 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * t), one), 4);
+            const __m512i h1 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * t + 1), one), 4);
+            const __m512i q0 = _mm512_or_si512(_mm512_and_si512(packed, low4), h0);
+            const __m512i q1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(packed, 4), low4), h1);
+            step_rows(isum, q0, q1, a, r0, R, 32, b, t);
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb->d));
+        for (int r = 0; r < R; r++) {
+            const size_t at = (size_t)(r0 + r) * nb + b;
+            const __m512i offset = _mm512_set1_epi32(16 * (int)a->s32[at]);
+            const __m512 dx = _mm512_set1_ps(a->d[at]);
+            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(_mm512_sub_epi32(isum[r], offset))));
         }
     }
     for (int r = 0; r < R; r++) _mm512_storeu_ps(out + r * AP_GROUP, acc[r]);
@@ -154,12 +184,14 @@ AP_INLINE void group_q6_K_tile(const uint8_t *group, const ap_act *a, int r0, in
         }                                                                                    \
     }
 TILED(group_q4_1_avx512, group_q4_1_tile(group, a, r0, RR, out))
+TILED(group_q5_0_avx512, group_q5_0_tile(group, a, r0, RR, out))
 TILED(group_q4_K_avx512, group_q4_K_tile(group, a, r0, RR, out))
 TILED(group_q6_K_avx512, group_q6_K_tile(group, a, r0, RR, out))
 
 ap_group_fn ap_group_avx512(int type) {
     switch (type) {
         case AP_Q4_1_G16: return group_q4_1_avx512;
+        case AP_Q5_0_G16: return group_q5_0_avx512;
         case AP_Q4_K_G16: return group_q4_K_avx512;
         case AP_Q6_K_G16: return group_q6_K_avx512;
         default: return NULL;

@@ -142,17 +142,6 @@ static void dequant_row(int type, const uint8_t *row, int K, float *y) {
             }
             return;
         }
-        case AP_Q5_0: {
-            const block_q5_0 *b = (const block_q5_0 *)row;
-            for (int i = 0; i < K / 32; i++) {
-                float d = ap_h2f(b[i].d); uint32_t qh; memcpy(&qh, b[i].qh, 4);
-                for (int e = 0; e < 16; e++) {
-                    y[32 * i + e] = d * ((int)((b[i].qs[e] & 15) | (((qh >> e) & 1) << 4)) - 16);
-                    y[32 * i + e + 16] = d * ((int)((b[i].qs[e] >> 4) | (((qh >> (e + 16)) & 1) << 4)) - 16);
-                }
-            }
-            return;
-        }
     }
 }
 
