@@ -275,8 +275,11 @@ class LengthMethod(ScriptedMethod):
     def generate(self, prompt, decoding):
         self.decodings.append(decoding)
         ids = [1] * decoding.max_new_tokens if decoding.ignore_eos else [1, 0]
+        drafts = self.name.startswith("anypair")
         return MethodOutput(text="x", target_ids=ids, prompt_tokens=len(prompt.text), time_to_first_token_s=0.05,
-                            total_time_s=len(ids) / self.speed, finish_reason="length")
+                            total_time_s=len(ids) / self.speed, finish_reason="length",
+                            drafting_s=0.1 if drafts else None, verifying_s=0.2 if drafts else None,
+                            rounds=2 if drafts else None)
 
 
 def test_the_sweep_table_has_one_row_per_example_length_decoding_and_method(tmp_path):
@@ -299,6 +302,9 @@ def test_the_sweep_table_has_one_row_per_example_length_decoding_and_method(tmp_
     assert by_method["anypair-model"].speedup == pytest.approx(1.5) and by_method["target"].speedup is None
     assert by_method["llama.cpp-alone"].tokens_per_s == pytest.approx(2.5)
     assert by_method["anypair-model"].identical_to_target is True
+    # where an assisted run's time went, for reading a losing cell
+    assert (by_method["anypair-model"].draft_ms, by_method["anypair-model"].verify_ms) == pytest.approx((100, 200))
+    assert by_method["anypair-model"].rounds == 2 and by_method["target"].draft_ms == 0
     assert {r.decoding for r in rows} == {"greedy", "T=1"}
 
     settings = {"target": "t", "draft": "d", "threads": 2}
@@ -307,6 +313,7 @@ def test_the_sweep_table_has_one_row_per_example_length_decoding_and_method(tmp_
     assert len(table_rows) == len(rows)
     assert "| new tokens | anypair-model, greedy, prompt 8 |" in markdown
     assert "| 4 | 1.50x |" in markdown
+    assert "| draft ms | verify ms | rounds |" in markdown and "| 100 | 200 | 2 |" in markdown
     markdown_path = save_sweep(rows, settings, str(tmp_path / "sweep.json"))
     saved = json.loads((tmp_path / "sweep.json").read_text())
     assert len(saved["rows"]) == len(rows) and saved["settings"] == settings

@@ -221,61 +221,45 @@ def test_k_quants_follow_their_definition_bitwise(real_matrices, type_name, rows
         assert torch.equal(group(x, path=path)[0], expected), f"{type_name} {path} path differs from the definition"
 
 
+def _block32_values(blocks: np.ndarray, type_name: str):
+    """From GGUF 32-element blocks [N, nb, bytes]: (d, minimum or None, values as the definition
+    multiplies them), the file's own encoding read independently of the C code: ggml's block_q4_1
+    (d, m, 16 bytes of nibbles) and block_q5_0 (d, 32 fifth bits, 16 bytes of nibbles, offset 16)."""
+    f16 = lambda at: blocks[..., at:at + 2].copy().view(np.float16)[..., 0].astype(np.float32)  # noqa: E731
+    nibbles = blocks[..., -16:].astype(np.int64)
+    low = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1)  # elements 0..15, then 16..31
+    if type_name == "Q4_1":
+        return f16(0), f16(2), low
+    fifth_bits = blocks[..., 2:6].copy().view(np.uint32)[..., 0].astype(np.int64)
+    high = (fifth_bits[..., None] >> np.arange(32)) & 1         # bit e: element e
+    return f16(0), None, (low | (high << 4)) - 16
+
+
+@pytest.mark.parametrize("type_name", ["Q4_1", "Q5_0"])
 @pytest.mark.parametrize("rows", [96, 90])
-def test_q4_1_follows_its_definition_bitwise(real_matrices, rows):
-    """The interleaved Q4_1 kernels against the definition in ap_common.h (AP_Q4_1_G16), computed
-    here in numpy from the GGUF's own blocks: per 32-element block an exact int, then
-    acc + ((d * dx) * isum + (m * dx) * s32) in float32; every path, a padded last group too."""
-    source = real_matrices[3]
-    weight = QuantWeight(3, rows, source.cols, np.ascontiguousarray(source.data[:rows]))
+def test_32_element_blocks_follow_their_definition_bitwise(real_matrices, type_name, rows):
+    """The interleaved Q4_1 and Q5_0 kernels against their definitions in ap_common.h (AP_Q4_1_G16,
+    AP_Q5_0_G16), computed here in numpy from the GGUF's own blocks: per 32-element block an exact
+    int, then acc + ((d * dx) * isum [+ (m * dx) * s32]) in float32; every path, a padded last group too."""
+    ggml_type = next(t for t, n in NATIVE_TYPES.items() if n == type_name)
+    source = real_matrices[ggml_type]
+    weight = QuantWeight(ggml_type, rows, source.cols, np.ascontiguousarray(source.data[:rows]))
     assert weight.packed is not None  # the kernels read the interleaved copy
     x = _activations(6, weight.cols, seed=5)
     q, dx, _, s32 = _quantized_activations(x, block=32)
     nb = weight.cols // 32
-    blocks = weight.data.reshape(rows, nb, 20)  # ggml's block_q4_1: d, m (fp16), 16 bytes of nibbles
-    d = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
-    m = blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
-    nibbles = blocks[..., 4:20].astype(np.int64)
-    values = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1)            # elements 0..15, then 16..31
+    d, m, values = _block32_values(weight.data.reshape(rows, nb, -1), type_name)
     isum = np.einsum("nbi,mbi->nmb", values, q.reshape(len(q), nb, 32))       # exact
     expected = np.zeros((rows, len(q)), dtype=np.float32)
     for b in range(nb):
-        step = (d[:, b, None] * dx[None, :, b]) * isum[..., b].astype(np.float32) \
-            + (m[:, b, None] * dx[None, :, b]) * s32[None, :, b].astype(np.float32)
+        step = (d[:, b, None] * dx[None, :, b]) * isum[..., b].astype(np.float32)
+        if m is not None:
+            step = step + (m[:, b, None] * dx[None, :, b]) * s32[None, :, b].astype(np.float32)
         expected = expected + step
     expected = torch.from_numpy(expected.T.copy())
     group = LinearGroup([weight])
     for path in ("best", "avx2", "reference"):
-        assert torch.equal(group(x, path=path)[0], expected), f"Q4_1 {path} path differs from the definition"
-
-
-@pytest.mark.parametrize("rows", [96, 90])
-def test_q5_0_follows_its_definition_bitwise(real_matrices, rows):
-    """The interleaved Q5_0 kernels against the definition in ap_common.h (AP_Q5_0_G16), computed
-    here in numpy from the GGUF's own blocks (ggml's block_q5_0: d, 32 fifth bits, 16 bytes of
-    nibbles): per 32-element block the exact int sum of (q - 16) * x, then acc + (d * dx) * isum in
-    float32; every path, a padded last group too."""
-    source = real_matrices[6]
-    weight = QuantWeight(6, rows, source.cols, np.ascontiguousarray(source.data[:rows]))
-    assert weight.packed is not None  # the kernels read the interleaved copy
-    x = _activations(6, weight.cols, seed=6)
-    q, dx, _, _ = _quantized_activations(x, block=32)
-    nb = weight.cols // 32
-    blocks = weight.data.reshape(rows, nb, 22)
-    d = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
-    high_bits = blocks[..., 2:6].copy().view(np.uint32)[..., 0].astype(np.int64)
-    nibbles = blocks[..., 6:22].astype(np.int64)
-    low = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1)                # elements 0..15, then 16..31
-    high = (high_bits[..., None] >> np.arange(32)) & 1                          # bit e: element e
-    values = (low | (high << 4)) - 16
-    isum = np.einsum("nbi,mbi->nmb", values, q.reshape(len(q), nb, 32))       # exact
-    expected = np.zeros((rows, len(q)), dtype=np.float32)
-    for b in range(nb):
-        expected = expected + (d[:, b, None] * dx[None, :, b]) * isum[..., b].astype(np.float32)
-    expected = torch.from_numpy(expected.T.copy())
-    group = LinearGroup([weight])
-    for path in ("best", "avx2", "reference"):
-        assert torch.equal(group(x, path=path)[0], expected), f"Q5_0 {path} path differs from the definition"
+        assert torch.equal(group(x, path=path)[0], expected), f"{type_name} {path} path differs from the definition"
 
 
 def test_a_group_with_biases_and_mixed_types_equals_its_members_alone(real_matrices):

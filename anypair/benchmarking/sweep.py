@@ -111,6 +111,11 @@ class SweepRow:
     speedup: Optional[float]  # tokens per second over the target alone's on the same job
     acceptance: Optional[float]
     identical_to_target: Optional[bool]
+    # where an assisted run's time went after the prefill: drafting (the draft's prompt read
+    # included) and verification, and how many rounds it took (0 where a method reports none)
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    rounds: int = 0
 
 
 def sweep_jobs(prompts: dict[int, list[BenchPrompt]], new_tokens: Sequence[int], temperature: float,
@@ -139,7 +144,8 @@ def rows_of(runs: Sequence[RunFigures], cell_of: dict[int, SweepCell]) -> list[S
             decoding=cell.decoding_name, method=run.method, total_s=run.total_s, prefill_ms=run.prefill_ms,
             ms_per_token=run.ms_per_token, tokens_per_s=run.tokens_per_s,
             speedup=run.tokens_per_s / base if base and run.method != BASELINE else None,
-            acceptance=run.acceptance, identical_to_target=run.identical_to_target))
+            acceptance=run.acceptance, identical_to_target=run.identical_to_target,
+            draft_ms=run.draft_ms, verify_ms=run.verify_ms, rounds=run.rounds))
     return rows
 
 
@@ -168,8 +174,8 @@ def sweep_markdown(rows: Sequence[SweepRow], settings: dict) -> str:
     """The per-example table, then median speedups by new tokens (one column per prompt length and decoding)."""
     lines = [
         "| prompt tokens | new tokens | decoding | method | total s | prefill ms | ms/token | tok/s | speedup vs target "
-        "| acceptance | identical |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| acceptance | draft ms | verify ms | rounds | identical |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     ordered = sorted(rows, key=lambda r: (r.decoding != "greedy", r.decoding, r.prompt_tokens, r.new_tokens, r.article))
     for r in ordered:
@@ -177,6 +183,8 @@ def sweep_markdown(rows: Sequence[SweepRow], settings: dict) -> str:
             f"| {r.prompt_tokens} | {r.new_tokens} | {r.decoding} | {r.method} | {r.total_s:.2f} | {r.prefill_ms:.0f} "
             f"| {r.ms_per_token:.1f} | {r.tokens_per_s:.2f} | {format_optional(r.speedup, '{:.2f}x')} "
             f"| {format_optional(r.acceptance, '{:.2f}')} "
+            f"| {format_optional(r.draft_ms or None, '{:.0f}')} | {format_optional(r.verify_ms or None, '{:.0f}')} "
+            f"| {r.rounds or ''} "
             f"| {'' if r.identical_to_target is None else ('yes' if r.identical_to_target else 'NO')} |")
     columns = sorted({(r.decoding, r.prompt_tokens, r.method) for r in rows if r.method != BASELINE},
                      key=lambda c: (c[0] != "greedy", c[0], c[1], c[2]))
