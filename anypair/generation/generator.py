@@ -227,10 +227,14 @@ class AnyPairGenerator:
     def _verify_slope(self) -> float:
         """What each extra token scored in one pass adds to a target step, as a share of the step.
         Measured here: ~0.22 on a CPU in fp32, ~0.2-0.3 on the GGUF engine (int8 dot products are
-        compute-bound past one row on AVX2: k=4 costs 1.5-1.9x k=1); fp16-weight fbgemm, bf16 and
-        GPUs score 2-4 tokens for about the price of one."""
+        compute-bound past one row on AVX2: k=4 costs 1.5-1.9x k=1), ~0.6 on llama.cpp; fp16-weight
+        fbgemm, bf16 and GPUs score 2-4 tokens for about the price of one."""
         if self.target.engine.engine == "gguf":
             return 0.25
+        if self.target.engine.engine == "llama.cpp":
+            # its batched decode: k = 2 / 4 / 8 cost 1.72 / 2.86 / 6.64x k = 1 (Qwen2.5-Coder-1.5B
+            # Q4_K_M, AMD EPYC, 2 threads; evaluation/measured/bench_llamacpp_target_n6.json)
+            return 0.6
         return 0.22 if self.target.engine.weights == "fp32" and self.options.device == "cpu" else 0.05
 
     def _model_draft_costs(self) -> Optional[StepCosts]:
