@@ -24,6 +24,9 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-window", type=int, default=None,
                    help="the draft reads only the last N tokens of its prompt (0: the whole prompt; default: by the "
                         "draft's cost, 256 for SmolLM2-135M, fewer for a dearer draft)")
+    p.add_argument("--always-draft", dest="skip_losing_drafts", action="store_false",
+                   help="draft on every request (default: while drafting lost time on the server's or run's recent "
+                        "requests, run the target alone and retry drafting every few requests)")
     p.add_argument("--weights", "--dtype", dest="weights", choices=["auto", "fp32", "fp16", "bf16"], default="auto",
                    help="target weights on the torch engine (default auto: a GGUF-sourced target runs on the GGUF "
                         "engine; otherwise the fastest batch-invariant format of "
@@ -49,7 +52,7 @@ def _generator_options(args) -> dict:
     return dict(draft_length=args.draft_length, num_draft_tokens=args.num_draft_tokens, weights=args.weights,
                 threads=args.threads, draft_weights=args.draft_weights, engine=args.engine,
                 draft_engine=args.draft_engine, context=args.context, linear_kernel=args.linear_kernel,
-                confidence_threshold=args.confidence_threshold,
+                confidence_threshold=args.confidence_threshold, skip_losing_drafts=args.skip_losing_drafts,
                 **({} if args.draft_window is None else dict(draft_window=args.draft_window)))
 
 
@@ -110,6 +113,8 @@ def run_generate(args) -> int:
     console.print(f"[dim]engines: {gen.engines}[/dim]")
     if s.draft_failed:
         console.print(f"[yellow]drafting was disabled: {s.draft_failure_reason}[/yellow]")
+    if s.drafting_skipped:
+        console.print(f"[yellow]{s.drafting_skipped}[/yellow]")
     return 0
 
 

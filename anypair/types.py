@@ -121,6 +121,8 @@ class GenerationStats:
     total_time_s: float = 0.0
     draft_failed: bool = False
     draft_failure_reason: Optional[str] = None
+    # why the target ran alone although drafting was asked for (drafting lost time on recent requests)
+    drafting_skipped: Optional[str] = None
     proposals_by_source: dict[str, int] = field(default_factory=dict)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
 

@@ -44,6 +44,8 @@ class ExampleRecord:
     mean_accepted_per_round: Optional[float] = None
     rounds: Optional[int] = None
     identical_to_baseline: Optional[bool] = None  # greedy only; None for the baseline itself
+    # anypair ran the target alone here: drafting had lost time on its recent requests (policies.ledger)
+    drafting_skipped: Optional[bool] = None
     passed: Optional[bool] = None  # HumanEval pass@1 of this output
     execution_detail: Optional[str] = None
     rouge: Optional[RougeScores] = None

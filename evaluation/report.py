@@ -44,6 +44,8 @@ class MethodSummary:
     acceptance_rate_mean: Optional[float]
     mean_accepted_per_round: Optional[float]
     identical_rate: Optional[float]  # share of examples whose output equals the baseline's
+    # examples where anypair ran the target alone (drafting had lost time on recent requests); None: not anypair
+    drafting_skipped: Optional[int]
     pass_at_1: Optional[float]  # HumanEval
     rouge: Optional[dict[str, float]]  # summaries: mean F-measures in percent
     failed: int = 0  # examples where the method raised (not in n or any figure)
@@ -123,7 +125,8 @@ def summarize_group(records: Sequence[ExampleRecord], baseline_by_example: dict[
         return MethodSummary(task=first.task, method=first.method, draft=first.draft, n=0, tokens_per_second_mean=0.0,
                              time_to_first_token_s_median=0.0, new_tokens_mean=0.0, prompt_tokens_mean=0.0,
                              speedup=None, versus_llama_cpp=None, acceptance_rate_mean=None, mean_accepted_per_round=None,
-                             identical_rate=None, pass_at_1=None, rouge=None, failed=len(failures), errors=errors)
+                             identical_rate=None, drafting_skipped=None, pass_at_1=None, rouge=None,
+                             failed=len(failures), errors=errors)
     first = records[0]
     speedups = ratios_to(records, baseline_by_example) if first.method != BASELINE_METHOD else []
     versus_llama_cpp = None
@@ -135,6 +138,7 @@ def summarize_group(records: Sequence[ExampleRecord], baseline_by_example: dict[
         rouge_records = [r.rouge for r in records if r.rouge is not None]
         rouge = {name: statistics.fmean(getattr(s, name) for s in rouge_records) for name in asdict(rouge_records[0])}
     passed = [r.passed for r in records if r.passed is not None]
+    skipped = [r.drafting_skipped for r in records if r.drafting_skipped is not None]
     return MethodSummary(
         task=first.task,
         method=first.method,
@@ -149,6 +153,7 @@ def summarize_group(records: Sequence[ExampleRecord], baseline_by_example: dict[
         acceptance_rate_mean=mean_or_none([r.acceptance_rate for r in records]),
         mean_accepted_per_round=mean_or_none([r.mean_accepted_per_round for r in records]),
         identical_rate=(sum(identical) / len(identical)) if identical else None,
+        drafting_skipped=sum(skipped) if skipped else None,
         pass_at_1=(sum(passed) / len(passed)) if passed else None,
         rouge=rouge,
         failed=len(failures),
@@ -214,14 +219,14 @@ def markdown_table(summaries: Sequence[MethodSummary]) -> str:
     with_llama_cpp = any(s.method == LLAMA_CPP_ALONE for s in summaries)
     header = (
         "| task | method (draft) | n | speedup median [95% CI] | speedup geo-mean [95% CI] | tok/s | TTFT s "
-        "| acceptance | accepted/round | identical to baseline | quality |"
+        "| acceptance | accepted/round | ran the target alone | identical to baseline | quality |"
         + (" tok/s over llama.cpp alone, median [95% CI] |" if with_llama_cpp else "")
     )
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for s in summaries:
         if s.n == 0:
             lines.append(f"| {s.task} | {method_label(s)} | 0 ({s.failed} failed) | failed: {'; '.join(s.errors)[:160]} "
-                         "| – | – | – | – | – | – | – |" + (" – |" if with_llama_cpp else ""))
+                         "| – | – | – | – | – | – | – | – |" + (" – |" if with_llama_cpp else ""))
             continue
         lines.append(
             "| "
@@ -236,6 +241,7 @@ def markdown_table(summaries: Sequence[MethodSummary]) -> str:
                     f"{s.time_to_first_token_s_median:.2f}",
                     format_optional(s.acceptance_rate_mean, "{:.2f}"),
                     format_optional(s.mean_accepted_per_round, "{:.2f}"),
+                    "–" if s.drafting_skipped is None else f"{s.drafting_skipped}/{s.n}",
                     format_optional(None if s.identical_rate is None else 100 * s.identical_rate, "{:.0f}%"),
                     quality_cell(s),
                 ]

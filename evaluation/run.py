@@ -219,6 +219,7 @@ def make_record(example: Example, method: Method, prompt: BuiltPrompt, output: M
         mean_accepted_per_round=output.mean_accepted_per_round,
         rounds=output.rounds,
         identical_to_baseline=identical,
+        drafting_skipped=output.drafting_skipped,
     )
     score_quality(record, example)
     return record

@@ -240,3 +240,68 @@ def test_stop_strings(models):
     cut = gen.generate(PROMPTS["code"], max_new_tokens=N_NEW, stop=[stop])
     assert cut.finish_reason == "stop_string"
     assert cut.text == full[: full.find(stop)]
+
+
+def _scripted_drafter(propose_from_reference, start_seconds: float = 0.0):
+    """A Drafter that proposes `propose_from_reference(committed, budget)` and sleeps `start_seconds`
+    when a request starts (a dear prompt read)."""
+    import time
+
+    from anypair.drafters.base import Drafter
+    from anypair.types import Proposal
+
+    class Scripted(Drafter):
+        name = "scripted"
+
+        def __init__(self):
+            self.starts = 0
+            self.committed: list[int] = []
+
+        def start(self, request):
+            self.starts += 1
+            self.committed = []
+            time.sleep(start_seconds)
+
+        def propose(self, budget):
+            return Proposal(propose_from_reference(self.committed, budget), source=self.name)
+
+        def commit(self, ids):
+            self.committed.extend(ids)
+
+    return Scripted()
+
+
+def test_a_generator_runs_the_target_alone_while_drafting_loses_and_retries(models):
+    """Drafting that lost time on recent requests is skipped (no prompt read, no rounds), retried on the
+    third request after, and the output stays the target's own; `skip_losing_drafts=False` and seeded
+    sampling draft on every request."""
+    n = 8
+    wrong = _scripted_drafter(lambda committed, budget: [0], start_seconds=0.5)  # slow, and never right
+    gen = make_gen(models, None, drafter=wrong)
+    results = [check_equal(gen, models, PROMPTS["prose"], n) for _ in range(5)]
+    assert [r.stats.drafting_skipped is not None for r in results] == [False, True, True, False, True]
+    assert wrong.starts == 2 and results[0].stats.draft_tokens_proposed > 0
+    assert "ran the target alone" in results[1].stats.drafting_skipped
+    assert results[1].stats.rounds == n - 1 and results[1].stats.draft_tokens_proposed == 0
+
+    always = _scripted_drafter(lambda committed, budget: [0], start_seconds=0.5)
+    gen = make_gen(models, None, drafter=always, skip_losing_drafts=False)
+    assert not any(check_equal(gen, models, PROMPTS["prose"], n).stats.drafting_skipped for _ in range(2))
+    assert always.starts == 2
+
+    seeded = _scripted_drafter(lambda committed, budget: [0], start_seconds=0.5)
+    gen = make_gen(models, None, drafter=seeded)
+    texts = {gen.generate(PROMPTS["prose"], max_new_tokens=n, do_sample=True, seed=3).text for _ in range(3)}
+    assert seeded.starts == 3 and len(texts) == 1
+
+
+def test_a_generator_keeps_drafting_while_drafting_pays(models):
+    n = 16
+    prompt = PROMPTS["code"]
+    gen = make_gen(models, None, drafter="lookup")  # only to render the prompt the same way
+    expected = reference_greedy(*models[TARGET], gen.target.render(prompt, None), n)
+    oracle = _scripted_drafter(lambda committed, budget: expected[len(committed):][: budget.max_target_tokens])
+    gen = make_gen(models, None, drafter=oracle)
+    results = [check_equal(gen, models, prompt, n) for _ in range(4)]
+    assert oracle.starts == 4 and not any(r.stats.drafting_skipped for r in results)
+    assert all(r.stats.draft_tokens_accepted > 0 for r in results)

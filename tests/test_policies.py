@@ -9,15 +9,18 @@ from anypair.policies import (
     AdaptiveLength,
     ConfidenceStopLength,
     ConstantLength,
+    DraftingLedger,
     ExpectedRateLength,
     HeuristicLength,
     LinearCost,
+    RequestOutcome,
     RoundFeedback,
     StepCosts,
     best_length,
     draft_prompt_window,
     estimated_step_costs,
     make_policy,
+    target_step_estimate,
 )
 
 
@@ -344,3 +347,72 @@ def test_probe_schedule_settings_are_checked():
 
     with pytest.raises(ValueError, match="give_up_after"):
         ProbeSchedule(2, 12, give_up_after=0)
+
+
+# ---- across requests: the drafting ledger ------------------------------------------------------
+
+def losing(share: float = -0.15) -> RequestOutcome:
+    return RequestOutcome(saving_s=share * 10.0, target_alone_s=10.0)
+
+
+def paying(share: float = 0.2) -> RequestOutcome:
+    return RequestOutcome(saving_s=share * 10.0, target_alone_s=10.0)
+
+
+def run_requests(ledger: DraftingLedger, outcomes: list[RequestOutcome]) -> str:
+    """Feeds the outcome of each request that drafts; returns what each request did: D (drafted),
+    E (explored) or . (ran the target alone)."""
+    done = []
+    for outcome in outcomes:
+        decision = ledger.decide()
+        done.append("." if not decision.draft else "E" if decision.exploring else "D")
+        if decision.draft:
+            ledger.record(outcome, decision.exploring)
+    return "".join(done)
+
+
+def test_a_ledger_of_losing_requests_skips_drafting_and_explores_with_backoff():
+    ledger = DraftingLedger(first_wait=2, longest_wait=8)
+    # the first request drafts (nothing known); then waits of 2, 4, 8, 8 skipped requests between explorations
+    assert run_requests(ledger, [losing()] * 30) == "D..E....E........E........E..."
+    decision = ledger.decide()
+    assert not decision.draft and "lost 15% of the time" in decision.skip_note()
+
+
+def test_a_ledger_resumes_drafting_when_an_exploration_pays():
+    ledger = DraftingLedger(first_wait=2, longest_wait=8)
+    outcomes = [losing()] * 3 + [paying()] * 5  # the exploration (4th request) pays
+    assert run_requests(ledger, outcomes) == "D..EDDDD"
+    assert ledger.wait == 2 and ledger.share > 0
+
+
+def test_a_ledger_keeps_drafting_while_the_average_pays():
+    ledger = DraftingLedger(smoothing=0.5)
+    # one losing request among paying ones: the smoothed share stays positive
+    assert run_requests(ledger, [paying(0.2), losing(-0.1), paying(0.2), losing(-0.1)]) == "DDDD"
+    # a heavy loss turns it (the smoothed share was 0.0125)
+    assert run_requests(ledger, [losing(-0.3), losing(), losing()]) == "D.."
+
+
+def test_ledger_settings_are_checked():
+    with pytest.raises(ValueError):
+        DraftingLedger(smoothing=0)
+    with pytest.raises(ValueError):
+        DraftingLedger(first_wait=4, longest_wait=2)
+
+
+def test_the_target_step_comes_from_single_token_passes_or_the_engines_slope():
+    # two or more rounds that did not draft: their median, whatever the drafting rounds cost
+    assert target_step_estimate([(1, 0.10), (6, 0.30), (1, 0.12), (1, 0.11)], verify_slope=0.25) == 0.11
+    # otherwise each pass scaled by 1 + slope x (n - 1): 6 tokens at slope 0.2 cost 2 steps
+    assert target_step_estimate([(6, 0.20), (6, 0.22), (6, 0.24)], verify_slope=0.2) == pytest.approx(0.11)
+    assert target_step_estimate([], verify_slope=0.2) is None
+
+
+def test_a_requests_saving_is_the_target_alones_steps_minus_what_drafting_spent():
+    # 11 new tokens: the target alone would spend 10 steps of 0.1 s after its first token; drafting spent 0.7 s
+    outcome = RequestOutcome.measure(11, prefill_s=0.5, spent_after_first_token_s=0.7,
+                                     passes=[(1, 0.1), (1, 0.1), (5, 0.2)], verify_slope=0.25)
+    assert outcome.saving_s == pytest.approx(0.3) and outcome.target_alone_s == pytest.approx(1.5)
+    assert outcome.share == pytest.approx(0.2)
+    assert RequestOutcome.measure(1, 0.5, 0.0, [], 0.25) is None  # done at the first token: nothing learnt

@@ -63,6 +63,9 @@ class MethodOutput:
     drafting_s: Optional[float] = None
     verifying_s: Optional[float] = None
     translating_s: Optional[float] = None
+    # anypair only: the request ran the target alone because drafting had lost time on the
+    # generator's recent requests (policies.ledger); None for methods without that choice
+    drafting_skipped: Optional[bool] = None
 
     @property
     def new_tokens(self) -> int:
@@ -139,6 +142,7 @@ class AnyPairMethod:
             drafting_s=stats.time_drafting_s,
             verifying_s=stats.time_verifying_s,
             translating_s=stats.time_translating_s,
+            drafting_skipped=(stats.drafting_skipped is not None) if self.assisted else None,
         )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence, Union
 
 import torch
@@ -28,10 +29,19 @@ from anypair.generation.options import (
     plan_request,
 )
 from anypair.policies import DraftLengthPolicy, StepCosts, draft_prompt_window, estimated_step_costs
+from anypair.policies.ledger import DraftingLedger, LedgerDecision, RequestOutcome
 from anypair.types import GenerationResult, SamplingConfig
 from anypair.verifiers.base import Verifier
 
 ModelSpec = Union[str, "os.PathLike[str]", tuple]  # hub id, local folder, .gguf file, or (model, hf_tokenizer)
+
+
+@dataclass(frozen=True)
+class _LedgerEntry:
+    """A drafting request's place in its DraftingLedger, settled when the request finishes."""
+
+    ledger: DraftingLedger
+    decision: LedgerDecision
 
 
 class AnyPairGenerator:
@@ -79,6 +89,12 @@ class AnyPairGenerator:
         linear_kernel: for fp32 on a CPU: "auto" (default: time torch's linear against anypair's
             skinny kernel and keep the faster), "skinny" or "torch". See anypair.backends.skinny_linear.
         threads: CPU threads (torch and llama.cpp).
+        skip_losing_drafts: with the adaptive policy (default True), remember across requests whether
+            drafting saved time (`policies.ledger.DraftingLedger`, one per drafter and greedy or
+            sampling): while it has been losing on recent requests, a request runs the target alone,
+            skipping the draft's prompt read and rounds, and every few requests one drafts again to
+            check. Seeded sampling never consults it (its text must not depend on earlier requests).
+            False: every request drafts.
     """
 
     def __init__(self, target: ModelSpec, draft: Optional[ModelSpec] = None, *,
@@ -97,12 +113,14 @@ class AnyPairGenerator:
                  device: Optional[str] = None,
                  backend: str = "torch",
                  linear_kernel: str = "auto",
-                 threads: Optional[int] = None) -> None:
+                 threads: Optional[int] = None,
+                 skip_losing_drafts: bool = True) -> None:
         self._load(target, draft, GeneratorOptions.of(
             drafter=drafter, draft_length=draft_length, num_draft_tokens=num_draft_tokens,
             confidence_threshold=confidence_threshold, sampled_drafts=sampled_drafts, draft_window=draft_window,
             weights=weights, draft_weights=draft_weights, dtype=dtype, engine=engine, draft_engine=draft_engine,
-            context=context, device=device, backend=backend, linear_kernel=linear_kernel, threads=threads))
+            context=context, device=device, backend=backend, linear_kernel=linear_kernel, threads=threads,
+            skip_losing_drafts=skip_losing_drafts))
 
     @classmethod
     def from_options(cls, target: ModelSpec, draft: Optional[ModelSpec], options: GeneratorOptions) -> AnyPairGenerator:
@@ -133,6 +151,8 @@ class AnyPairGenerator:
         self._open_request: Optional[str] = None
         self._greedy_drafter: Optional[Drafter] = None  # a greedy drafter holds no state past `start`
         self._same_vocabulary: Optional[bool] = None
+        # whether drafting paid on recent requests, per (drafter kind, sampling): see _ledger_decision
+        self._ledgers: dict[tuple[str, bool], DraftingLedger] = {}
         self._pair = PairFacts(has_draft_model=self.draft is not None, model_draft_costs=self._model_draft_costs(),
                                lookup_draft_costs=StepCosts(draft_step=1e-3, verify_slope=self._verify_slope()))
 
@@ -268,7 +288,14 @@ class AnyPairGenerator:
         finally:
             self._open_request = None
 
-    def _session(self, request: GenerationRequest) -> DecodeSession:
+    def _ledger(self, plan: RequestPlan, request: GenerationRequest) -> Optional[DraftingLedger]:
+        """The ledger this request consults and feeds (None: it drafts as planned, unrecorded)."""
+        if (not self.options.skip_losing_drafts or self.options.draft_length != "adaptive"
+                or plan.drafter == "none" or request.seeded_sampling):
+            return None
+        return self._ledgers.setdefault((plan.drafter, request.sampling.do_sample), DraftingLedger())
+
+    def _session(self, request: GenerationRequest) -> tuple[DecodeSession, Optional[_LedgerEntry]]:
         plan = self.plan(request)
         target_ids = self.target.render(request.prompt, request.messages)
         if not target_ids:
@@ -285,13 +312,32 @@ class AnyPairGenerator:
         if sampling.do_sample:
             generator = torch.Generator(device="cpu")
             generator.manual_seed(sampling.seed if sampling.seed is not None else torch.seed())
+        ledger = self._ledger(plan, request)
+        decision = ledger.decide() if ledger is not None else LedgerDecision(draft=True)
+        drafter = self._drafter(plan.drafter, sampling, generator) if decision.draft else NoDrafter()
         messages = list(request.messages) if request.messages is not None else None
         draft_request = DraftRequest(target_ids, prompt=request.prompt, messages=messages)
         # no end-of-sequence ids: the loop then stops only at max_new_tokens (or a stop string)
         eos_ids = frozenset() if request.ignore_eos else self.target.eos_ids
-        decode_request = DecodeRequest(target_ids, request.max_new_tokens, eos_ids, request.stop_strings, draft_request)
-        return DecodeSession(self.target_backend, self.target.tokenizer, self._drafter(plan.drafter, sampling, generator),
-                             self._verifier(plan.verifier, sampling, generator), plan.policy, decode_request)
+        decode_request = DecodeRequest(target_ids, request.max_new_tokens, eos_ids, request.stop_strings, draft_request,
+                                       drafting_skipped=decision.skip_note())
+        session = DecodeSession(self.target_backend, self.target.tokenizer, drafter,
+                                self._verifier(plan.verifier, sampling, generator), plan.policy, decode_request)
+        entry = _LedgerEntry(ledger, decision) if ledger is not None and decision.draft else None
+        return session, entry
+
+    def _settle(self, entry: Optional[_LedgerEntry], session: DecodeSession) -> None:
+        """Tell the request's ledger what its drafting saved (a request that ran the target alone
+        measured nothing about drafting)."""
+        if entry is None or session.result is None:
+            return
+        stats = session.result.stats
+        outcome = RequestOutcome.measure(
+            stats.new_tokens, stats.time_prefill_s,
+            stats.time_drafting_s + stats.time_translating_s + stats.time_verifying_s,
+            session.verify_passes, self._verify_slope())
+        if outcome is not None:
+            entry.ledger.record(outcome, entry.decision.exploring)
 
     def _check_draft_context(self, request: GenerationRequest, target_ids: list[int]) -> None:
         assert self.draft_backend is not None
@@ -311,11 +357,12 @@ class AnyPairGenerator:
         """Generate up to `max_new_tokens` target tokens (exactly that many with `ignore_eos=True`, unless a
         stop string ends it); returns text, target ids and statistics."""
         with self._claim("a generate() call"):
-            session = self._session(GenerationRequest.of(
+            session, ledger_entry = self._session(GenerationRequest.of(
                 prompt, messages=messages, max_new_tokens=max_new_tokens, stop=stop, do_sample=do_sample,
                 temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, assisted=assisted,
                 ignore_eos=ignore_eos))
             self.last_result = session.run()
+            self._settle(ledger_entry, session)
         return self.last_result
 
     def stream(self, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
@@ -327,9 +374,10 @@ class AnyPairGenerator:
         From its first chunk until it is exhausted, closed (`.close()`) or dropped, the stream owns
         this generator: another request meanwhile raises InputError instead of corrupting it."""
         with self._claim("an open stream"):
-            session = self._session(GenerationRequest.of(
+            session, ledger_entry = self._session(GenerationRequest.of(
                 prompt, messages=messages, max_new_tokens=max_new_tokens, stop=stop, do_sample=do_sample,
                 temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, assisted=assisted,
                 ignore_eos=ignore_eos))
             yield from session
             self.last_result = session.result
+            self._settle(ledger_entry, session)

@@ -38,6 +38,9 @@ class DecodeRequest:
     eos_ids: frozenset[int]
     stop_strings: Sequence[str] = ()
     draft_request: Optional[DraftRequest] = None
+    # why this request runs the target alone although it asked for drafting (the generator's
+    # DraftingLedger), for its statistics; None: it drafts as planned
+    drafting_skipped: Optional[str] = None
 
 
 class DecodeSession:
@@ -51,7 +54,10 @@ class DecodeSession:
         self.verifier = verifier
         self.policy = policy
         self.request = request
-        self.stats = GenerationStats(prompt_tokens=len(request.target_prompt_ids))
+        self.stats = GenerationStats(prompt_tokens=len(request.target_prompt_ids),
+                                     drafting_skipped=request.drafting_skipped)
+        # (tokens scored, seconds) of every verification pass: what the target's own step cost here
+        self.verify_passes: list[tuple[int, float]] = []
         self.generated: list[int] = []
         self.text = TextAssembler(request.stop_strings)
         self.finish_reason = "length"
@@ -160,6 +166,7 @@ class DecodeSession:
             self.target.crop(cached + 1 + outcome.n_accepted)
             t2 = time.perf_counter()
             stats.time_verifying_s += t2 - t1
+            self.verify_passes.append((1 + len(proposal), t2 - t1))
 
             new_target_ids = list(proposal.target_ids[: outcome.n_accepted]) + [outcome.next_target_id]
             self._count_round(proposal, outcome)

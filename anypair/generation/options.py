@@ -66,10 +66,14 @@ class GeneratorOptions:
     backend: str = "torch"
     linear_kernel: str = "auto"
     threads: Optional[int] = None
+    # remember across requests whether drafting paid, and run the target alone while it has not
+    skip_losing_drafts: bool = True
 
     def __post_init__(self) -> None:
         from anypair.backends.weights import parse_weights
 
+        if not isinstance(self.skip_losing_drafts, bool):
+            raise InputError(f"skip_losing_drafts must be True or False, got {self.skip_losing_drafts!r}")
         check_options(self.num_draft_tokens, self.confidence_threshold, self.threads, self.draft_window)
         check_choices(self.drafter, self.draft_length, self.sampled_drafts)
         check_member_options(self.engine, self.draft_engine, self.backend, self.linear_kernel, self.context,

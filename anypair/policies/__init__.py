@@ -8,6 +8,9 @@
   threshold, and a pause (with probes) while drafting loses time.
 - `AdaptiveLength` (the default): one of the two above, whichever the drafter can use.
 
+Across requests, `ledger.DraftingLedger` remembers whether drafting paid on a generator's recent
+requests; while it has not, the generator runs requests with the target alone (exploring now and then).
+
 Parts: `costs` (the CostModel interface: `TimedCosts`, `FixedCosts`), `acceptance`
 (`AcceptanceEstimate`), `probes` (`ProbeSchedule`). `make_policy` builds one from a name and
 `num_draft_tokens`.
@@ -32,6 +35,7 @@ from anypair.policies.costs import (
 )
 from anypair.policies.expected_rate import ExpectedRateLength, best_length
 from anypair.policies.heuristic import HeuristicLength
+from anypair.policies.ledger import DraftingLedger, LedgerDecision, RequestOutcome, target_step_estimate
 from anypair.policies.probes import ProbeSchedule
 from anypair.types import RoundFeedback
 
@@ -56,7 +60,8 @@ def make_policy(spec: Union[str, DraftLengthPolicy], num_draft_tokens: Optional[
 
 __all__ = [
     "AcceptanceEstimate", "AdaptiveLength", "ConfidenceCalibration", "ConfidenceStopLength", "ConstantLength",
-    "CostModel", "DraftLengthPolicy", "ExpectedRateLength", "FixedCosts", "HeuristicLength", "LinearCost",
-    "ProbeSchedule", "RoundFeedback", "StepCosts", "TimedCosts", "best_length",
-    "draft_prompt_window", "estimated_step_costs", "make_policy",
+    "CostModel", "DraftingLedger", "DraftLengthPolicy", "ExpectedRateLength", "FixedCosts", "HeuristicLength",
+    "LedgerDecision", "LinearCost",
+    "ProbeSchedule", "RequestOutcome", "RoundFeedback", "StepCosts", "TimedCosts", "best_length",
+    "draft_prompt_window", "estimated_step_costs", "make_policy", "target_step_estimate",
 ]
