@@ -46,3 +46,58 @@ def test_lookup_min_match_refuses_short_matches():
     assert d.match()[0] == 2
     assert d.propose(DraftBudget(8, 8), min_match=3).target_ids == []
     assert d.propose(DraftBudget(8, 8), min_match=2).target_ids == [4, 5, 9, 2, 3]
+
+
+class FakeModelDrafter:
+    """Stands in for the draft model in a HybridDrafter: proposes [99] and counts its calls."""
+
+    stops_by_confidence = False
+    step_seconds = 0.003
+
+    def __init__(self):
+        self.proposals = 0
+
+    def start(self, request):
+        pass
+
+    def propose(self, budget):
+        from anypair.types import Proposal
+
+        self.proposals += 1
+        return Proposal([99], source="model")
+
+    def commit(self, ids):
+        pass
+
+
+def test_hybrid_lookup_length_follows_its_acceptance_and_its_verification_cost():
+    from anypair.drafters.hybrid import HybridDrafter
+
+    budget = DraftBudget(max_draft_steps=5, max_target_tokens=100)
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12] * 3 + [1, 2, 3]  # "1 2 3" continues "4 5 6 ..."
+
+    model = FakeModelDrafter()
+    dear = HybridDrafter(model, verify_slope=0.25)  # the gguf engine on a CPU: 10 tokens cost 3.25 steps
+    dear.start(DraftRequest(prompt))
+    first = dear.propose(budget)
+    assert first.source == "lookup" and first.target_ids == [4, 5]  # the prior acceptance 0.7 pays for 2
+    # the target disagrees at once, round after round: once the lookup's acceptance is at most the
+    # slope, a lookup token would not pay for its verification and the model drafts instead
+    proposal = first
+    for wrong in range(50, 56):
+        dear.commit([wrong])
+        dear.lookup.commit([1, 2, 3])  # the suffix matches again (only the lookup's index sees these)
+        proposal = dear.propose(budget)
+        if proposal.source == "model":
+            break
+    assert proposal.source == "model" and dear.lookup_acceptance.rate <= 0.25 and model.proposals == 1
+
+    cheap = HybridDrafter(FakeModelDrafter(), verify_slope=0.05)  # scoring ten tokens costs 1.45 steps
+    cheap.start(DraftRequest(prompt))
+    lengths = []
+    for own in range(50, 54):
+        proposal = cheap.propose(budget)
+        lengths.append(len(proposal))
+        cheap.commit(list(proposal.target_ids) + [own])  # all kept, then the target's own token
+        cheap.lookup.commit([1, 2, 3])
+    assert lengths[0] >= 4 and lengths[-1] == 10  # the cap: lookup_tokens (over the policy's 5)

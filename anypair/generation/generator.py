@@ -232,7 +232,7 @@ class AnyPairGenerator:
             return PromptLookupDrafter()
         from anypair.drafters.hybrid import HybridDrafter
 
-        return HybridDrafter(self._model_drafter(sampling, generator))
+        return HybridDrafter(self._model_drafter(sampling, generator), verify_slope=self._verify_slope())
 
     @staticmethod
     def _verifier(kind: VerifierKind, sampling: SamplingConfig, generator: Optional[torch.Generator]) -> Verifier:
