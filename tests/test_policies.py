@@ -390,8 +390,19 @@ def test_a_ledger_keeps_drafting_while_the_average_pays():
     ledger = DraftingLedger(smoothing=0.5)
     # one losing request among paying ones: the smoothed share stays positive
     assert run_requests(ledger, [paying(0.2), losing(-0.1), paying(0.2), losing(-0.1)]) == "DDDD"
-    # a heavy loss turns it (the smoothed share was 0.0125)
+    # a heavy loss turns it (the smoothed saving was 0 s)
     assert run_requests(ledger, [losing(-0.3), losing(), losing()]) == "D.."
+
+
+def test_a_ledger_weighs_requests_by_their_length_and_can_forget():
+    ledger = DraftingLedger(smoothing=0.5)
+    short_loss = RequestOutcome(saving_s=-0.3, target_alone_s=1.0)  # -30% of a short request
+    long_gain = RequestOutcome(saving_s=1.0, target_alone_s=5.0)  # +20% of a five times longer one
+    # saved 1.0 s, then 0.5 - 0.3 = 0.2 s (averaged shares would be -5% there), then 0.1 - 0.3 < 0
+    assert run_requests(ledger, [long_gain, short_loss, short_loss]) == "DDD"
+    assert ledger.losing and not ledger.decide().draft
+    ledger.forget()
+    assert ledger.share is None and ledger.decide().draft
 
 
 def test_ledger_settings_are_checked():

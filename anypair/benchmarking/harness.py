@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence, TypeVar
 
-from anypair.benchmarking.methods import Decoding, Method, MethodOutput
+from anypair.benchmarking.methods import AnyPairMethod, Decoding, Method, MethodOutput
 from anypair.benchmarking.prompts import BenchPrompt
 from anypair.benchmarking.report import RunFigures
 
@@ -55,9 +55,12 @@ def interleaved_order(methods: Sequence[T], position: int) -> list[T]:
 
 
 def warm_up(methods: Sequence[Method], prompt: BenchPrompt, decoding: Decoding) -> None:
-    """One untimed generation per method: first calls pay for allocations and kernel choices."""
+    """One untimed generation per method: first calls pay for allocations and kernel choices. anypair
+    then forgets what that request measured of drafting (it would count as drafting that lost)."""
     for method in methods:
         method.generate(prompt, decoding)
+        if isinstance(method, AnyPairMethod):
+            method.generator.forget_drafting_history()
 
 
 def run_interleaved(methods: Sequence[Method], jobs: Sequence[Job], *, progress: bool = True,

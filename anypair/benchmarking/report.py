@@ -32,6 +32,8 @@ class RunFigures:
     # (warped) sampling law; a lossless method matches the target alone's figure on average
     target_logprob: Optional[float] = None
     rounds: int = 0
+    # anypair ran the target alone on this run: drafting had lost time on its recent requests
+    drafting_skipped: Optional[bool] = None
 
     @classmethod
     def of(cls, method: str, example: int, output: MethodOutput, identical_to_target: Optional[bool] = None,
@@ -47,7 +49,7 @@ class RunFigures:
             identical_to_target=identical_to_target,
             draft_ms=1000 * (output.drafting_s or 0.0), verify_ms=1000 * (output.verifying_s or 0.0),
             translate_ms=1000 * (output.translating_s or 0.0), target_logprob=target_logprob,
-            rounds=output.rounds or 0)
+            rounds=output.rounds or 0, drafting_skipped=output.drafting_skipped)
 
 
 @dataclass
@@ -85,12 +87,14 @@ def format_report(report: BenchReport) -> str:
                                                       if k in ("target", "draft", "engines", "threads", "max_new_tokens", "machine")))
     for col in ("ex", "method", "prompt tok", "new tok", "total s", "prefill ms", "ms/tok", "tok/s", "accept", "acc/round", "same", "speedup"):
         table.add_column(col, justify="right")
+    if any(r.drafting_skipped for r in report.runs):
+        table.caption = "accept 'alone': anypair ran the target alone there (drafting had lost time on its recent requests)"
     base = {r.example: r.tokens_per_s for r in report.runs if r.method == BASELINE}
     for r in report.runs:
         speed = r.tokens_per_s / base[r.example] if base.get(r.example) else float("nan")
         table.add_row(str(r.example), r.method, str(r.prompt_tokens), str(r.new_tokens), f"{r.total_s:.2f}",
                       f"{r.prefill_ms:.0f}", f"{r.ms_per_token:.1f}", f"{r.tokens_per_s:.2f}",
-                      "" if r.acceptance is None else f"{r.acceptance:.2f}",
+                      "alone" if r.drafting_skipped else "" if r.acceptance is None else f"{r.acceptance:.2f}",
                       "" if r.mean_accepted is None else f"{r.mean_accepted:.2f}",
                       "" if r.identical_to_target is None else ("yes" if r.identical_to_target else "NO"),
                       f"{speed:.2f}x")

@@ -268,6 +268,13 @@ class AnyPairGenerator:
                                     draft.num_layers, multi_token_slope=self._verify_slope(),
                                     target_engine=target.engine.engine, draft_engine=draft.engine.engine)
 
+    def forget_drafting_history(self) -> None:
+        """Forget what earlier requests measured of drafting (`skip_losing_drafts`): the next request
+        drafts as if it were the first. Benchmarks call it after their untimed warm-up, whose short
+        first request pays for allocations and would count as drafting that lost."""
+        for ledger in self._ledgers.values():
+            ledger.forget()
+
     def plan(self, request: GenerationRequest) -> RequestPlan:
         """What would serve `request` on this generator: drafter, verifier and policy (nothing runs)."""
         return plan_request(self.options, request, self._pair)

@@ -6,8 +6,9 @@ the requests it gets loses that on every request: gemma-3-270m (a base model) dr
 Qwen2.5-Coder-1.5B-Instruct on chat prompts ran at 0.84x the target alone on HumanEval, 0.94x on
 QMSum and CNN/DailyMail, although its policy stopped drafting within each request.
 
-The ledger keeps, across requests, the smoothed share of time drafting saved. While that share is
-negative, requests run the target alone (no prompt read, no rounds); now and then one drafts anyway
+The ledger keeps, across requests, the share of time drafting saved: the savings of recent requests
+over what the target alone would have taken for them, both smoothed (a long request weighs more
+than a short one: the aim is total time). While that share is negative, requests run the target alone (no prompt read, no rounds); now and then one drafts anyway
 (an exploration) so the ledger notices when drafting pays again: the wait doubles after each
 exploration that loses, up to `longest_wait` requests, and one that pays resumes drafting at once.
 
@@ -91,13 +92,30 @@ class DraftingLedger:
         self.smoothing = smoothing
         self.first_wait = first_wait
         self.longest_wait = longest_wait
-        self.share: Optional[float] = None  # smoothed share of time saved; None: nothing recorded yet
+        self.saving_s = 0.0  # smoothed sums over recorded requests: seconds saved ...
+        self.target_alone_s = 0.0  # ... and what the target alone would have taken for them
+        self.recorded = False
         self.wait = first_wait  # the skipped request after which the next one explores
         self.skipped = 0  # requests skipped since drafting last ran
 
     @property
+    def share(self) -> Optional[float]:
+        """The share of time drafting saved on recent requests (None: nothing recorded yet)."""
+        if not self.recorded:
+            return None
+        return self.saving_s / self.target_alone_s if self.target_alone_s > 0 else 0.0
+
+    @property
     def losing(self) -> bool:
-        return self.share is not None and self.share < 0
+        share = self.share
+        return share is not None and share < 0
+
+    def forget(self) -> None:
+        """As new: the next request drafts as if it were the first."""
+        self.saving_s = self.target_alone_s = 0.0
+        self.recorded = False
+        self.wait = self.first_wait
+        self.skipped = 0
 
     def decide(self) -> LedgerDecision:
         if not self.losing:
@@ -109,10 +127,11 @@ class DraftingLedger:
         return LedgerDecision(draft=False, recent_share=self.share)
 
     def record(self, outcome: RequestOutcome, exploring: bool) -> None:
-        share = outcome.share
-        if self.share is None or (exploring and share > 0):
-            self.share = share  # an exploration that pays decides: these requests got predictable
-        else:
-            self.share = (1 - self.smoothing) * self.share + self.smoothing * share
+        keep = 1 - self.smoothing
+        if not self.recorded or (exploring and outcome.saving_s > 0):
+            keep = 0.0  # an exploration that pays decides: these requests got predictable
+        self.saving_s = keep * self.saving_s + outcome.saving_s
+        self.target_alone_s = keep * self.target_alone_s + outcome.target_alone_s
+        self.recorded = True
         if exploring:
             self.wait = self.first_wait if not self.losing else min(self.longest_wait, 2 * self.wait)
