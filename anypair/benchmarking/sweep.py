@@ -116,6 +116,8 @@ class SweepRow:
     draft_ms: float = 0.0
     verify_ms: float = 0.0
     rounds: int = 0
+    # anypair ran the target alone: drafting had lost time on its recent requests (policies.ledger)
+    drafting_skipped: Optional[bool] = None
 
 
 def sweep_jobs(prompts: dict[int, list[BenchPrompt]], new_tokens: Sequence[int], temperature: float,
@@ -145,7 +147,7 @@ def rows_of(runs: Sequence[RunFigures], cell_of: dict[int, SweepCell]) -> list[S
             ms_per_token=run.ms_per_token, tokens_per_s=run.tokens_per_s,
             speedup=run.tokens_per_s / base if base and run.method != BASELINE else None,
             acceptance=run.acceptance, identical_to_target=run.identical_to_target,
-            draft_ms=run.draft_ms, verify_ms=run.verify_ms, rounds=run.rounds))
+            draft_ms=run.draft_ms, verify_ms=run.verify_ms, rounds=run.rounds, drafting_skipped=run.drafting_skipped))
     return rows
 
 
@@ -182,7 +184,7 @@ def sweep_markdown(rows: Sequence[SweepRow], settings: dict) -> str:
         lines.append(
             f"| {r.prompt_tokens} | {r.new_tokens} | {r.decoding} | {r.method} | {r.total_s:.2f} | {r.prefill_ms:.0f} "
             f"| {r.ms_per_token:.1f} | {r.tokens_per_s:.2f} | {format_optional(r.speedup, '{:.2f}x')} "
-            f"| {format_optional(r.acceptance, '{:.2f}')} "
+            f"| {'target alone' if r.drafting_skipped else format_optional(r.acceptance, '{:.2f}')} "
             f"| {format_optional(r.draft_ms or None, '{:.0f}')} | {format_optional(r.verify_ms or None, '{:.0f}')} "
             f"| {r.rounds or ''} "
             f"| {'' if r.identical_to_target is None else ('yes' if r.identical_to_target else 'NO')} |")
