@@ -151,7 +151,7 @@ class AnyPairGenerator:
         self._open_request: Optional[str] = None
         self._greedy_drafter: Optional[Drafter] = None  # a greedy drafter holds no state past `start`
         self._same_vocabulary: Optional[bool] = None
-        # whether drafting paid on recent requests, per (drafter kind, sampling): see _ledger_decision
+        # whether drafting paid on recent requests, per (drafter kind, sampling): see _ledger
         self._ledgers: dict[tuple[str, bool], DraftingLedger] = {}
         self._pair = PairFacts(has_draft_model=self.draft is not None, model_draft_costs=self._model_draft_costs(),
                                lookup_draft_costs=StepCosts(draft_step=1e-3, verify_slope=self._verify_slope()))
