@@ -8,8 +8,8 @@ QMSum and CNN/DailyMail, although its policy stopped drafting within each reques
 
 The ledger keeps, across requests, the share of time drafting saved: the savings of recent requests
 over what the target alone would have taken for them, both smoothed (a long request weighs more
-than a short one: the aim is total time). While that share is negative, requests run the target alone (no prompt read, no rounds); now and then one drafts anyway
-(an exploration) so the ledger notices when drafting pays again: the wait doubles after each
+than a short one: the aim is total time). While that share is negative, requests run the target
+alone (no prompt read, no rounds); now and then one drafts anyway (an exploration) so the ledger notices when drafting pays again: the wait doubles after each
 exploration that loses, up to `longest_wait` requests, and one that pays resumes drafting at once.
 
 Terms, per request that drafted:
@@ -95,11 +95,7 @@ class DraftingLedger:
         self.smoothing = smoothing
         self.first_wait = first_wait
         self.longest_wait = longest_wait
-        self.saving_s = 0.0  # smoothed sums over recorded requests: seconds saved ...
-        self.target_alone_s = 0.0  # ... and what the target alone would have taken for them
-        self.recorded = False
-        self.wait = first_wait  # the skipped request after which the next one explores
-        self.skipped = 0  # requests skipped since drafting last ran
+        self.forget()
 
     @property
     def share(self) -> Optional[float]:
@@ -115,10 +111,11 @@ class DraftingLedger:
 
     def forget(self) -> None:
         """As new: the next request drafts as if it were the first."""
+        # smoothed sums over recorded requests: seconds saved, and what the target alone would have taken
         self.saving_s = self.target_alone_s = 0.0
         self.recorded = False
-        self.wait = self.first_wait
-        self.skipped = 0
+        self.wait = self.first_wait  # the skipped request after which the next one explores
+        self.skipped = 0  # requests skipped since drafting last ran
 
     def decide(self) -> LedgerDecision:
         if not self.losing:
