@@ -246,11 +246,15 @@ class AnyPairGenerator:
 
     def _verify_slope(self) -> float:
         """What each extra token scored in one pass adds to a target step, as a share of the step.
-        Measured here: ~0.22 on a CPU in fp32, ~0.2-0.3 on the GGUF engine (int8 dot products are
-        compute-bound past one row on AVX2: k=4 costs 1.5-1.9x k=1), ~0.6 on llama.cpp; fp16-weight
-        fbgemm, bf16 and GPUs score 2-4 tokens for about the price of one."""
+        Measured here: ~0.22 on a CPU in fp32, ~0.6 on llama.cpp; fp16-weight fbgemm, bf16 and GPUs
+        score 2-4 tokens for about the price of one. The GGUF engine's int8 dot products are
+        compute-bound past one row, so its slope is its kernel's: Qwen2.5-Coder-1.5B Q4_K_M on 2 cores
+        of an AMD EPYC, k = 2 / 4 / 8 / 12 cost 1.08 / 1.31 / 2.15 / 2.82x k = 1 on the AVX-512 VNNI
+        path (0.08-0.165 a token) and 1.18 / 1.76 / 2.76 / 3.62x on the AVX2 path (0.18-0.28)."""
         if self.target.engine.engine == "gguf":
-            return 0.25
+            from anypair.kernels import simd_level
+
+            return 0.15 if simd_level() == "avx512-vnni" else 0.25
         if self.target.engine.engine == "llama.cpp":
             # its batched decode: k = 2 / 4 / 8 cost 1.72 / 2.86 / 6.64x k = 1 (Qwen2.5-Coder-1.5B
             # Q4_K_M, AMD EPYC, 2 threads; evaluation/measured/bench_llamacpp_target_n6.json)

@@ -1,0 +1,90 @@
+"""ModelDrafter on the translated path (draft and target tokenizers differ): where a round that
+stops by the draft's confidence ends. A scripted backend plays the draft model, real tokenizers
+(SmolLM2's for the draft, Qwen2.5's for the target) do the translating."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import pytest
+import torch
+
+from anypair.backends.base import ModelBackend
+from anypair.drafters import model as model_drafter
+from anypair.drafters.base import DraftRequest
+from anypair.drafters.model import ModelDrafter
+from anypair.types import DraftBudget
+
+SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+PROMPT = "def factorial(n):\n    if n < 2:\n        return 1\n"
+ANSWER = "    return n * factorial(n - 1)\n"
+
+
+class ScriptedDraft(ModelBackend):
+    """Predicts `script` after `prompt_length` tokens, each with `confidence` (two distractors
+    share the rest)."""
+
+    name = "scripted"
+    max_context = 4096
+
+    def __init__(self, vocab_size: int, prompt_length: int, script: list[int], confidence: float) -> None:
+        self.vocab_size, self.prompt_length, self.script = vocab_size, prompt_length, script
+        distractor = (1 - confidence) / 2
+        self.gap = float(torch.log(torch.tensor(confidence / distractor)))  # logit of the scripted token over each distractor
+        self.length = 0
+
+    @property
+    def cached_length(self) -> int:
+        return self.length
+
+    def extend(self, ids: Sequence[int], all_logits: bool = False) -> torch.Tensor:
+        self.length += len(ids)
+        logits = torch.full((self.vocab_size,), -1e4)
+        position = self.length - self.prompt_length
+        token = self.script[position] if 0 <= position < len(self.script) else self.script[-1]
+        distractors = [t for t in (1000, 1001, 1002) if t != token][:2]
+        logits[distractors] = 0.0
+        logits[token] = self.gap
+        return logits
+
+    def crop(self, length: int) -> None:
+        self.length = length
+
+    def reset(self) -> None:
+        self.length = 0
+
+
+@pytest.fixture(scope="module")
+def tokenizers(zoo_fetch):
+    from anypair.zoo import load_tokenizer, resolve_model, tokenizer_path
+
+    return load_tokenizer(str(resolve_model(SMOLLM2))), load_tokenizer(str(tokenizer_path("qwen2")))
+
+
+def unsure_drafter(tokenizers, confidence: float) -> ModelDrafter:
+    draft_tok, target_tok = tokenizers
+    prompt_ids = draft_tok.encode(PROMPT)
+    backend = ScriptedDraft(draft_tok.vocab_size, len(prompt_ids), draft_tok.encode(ANSWER), confidence)
+    drafter = ModelDrafter(backend, draft_tok, target_tok, lambda request: list(prompt_ids))
+    drafter.start(DraftRequest(target_tok.encode(PROMPT), prompt=PROMPT))
+    return drafter
+
+
+def test_an_unsure_translated_draft_still_proposes_a_target_token(tokenizers, monkeypatch):
+    # every draft token at 0.36 under stop advice of 0.5: by confidence alone the round would end
+    # before its first token, and a single new draft token leaves only an unstable target tail
+    budget = DraftBudget(max_draft_steps=12, max_target_tokens=64, stop_confidence=0.5)
+    proposal = unsure_drafter(tokenizers, confidence=0.36).propose(budget)
+    target_tok = tokenizers[1]
+    assert 1 <= len(proposal) <= model_drafter.MIN_TRANSLATED_DRAFT_TOKENS
+    assert ANSWER.startswith(target_tok.decode(proposal.target_ids))
+    # it stops right after the tokens it must write: an unsure draft does not run on
+    assert len(proposal) < len(target_tok.encode(ANSWER)) - 2
+
+    monkeypatch.setattr(model_drafter, "MIN_TRANSLATED_DRAFT_TOKENS", 0)  # the stop by confidence alone
+    assert len(unsure_drafter(tokenizers, confidence=0.36).propose(budget)) == 0
+
+
+def test_a_sure_translated_draft_runs_to_its_budget(tokenizers):
+    budget = DraftBudget(max_draft_steps=6, max_target_tokens=64, stop_confidence=0.5)
+    proposal = unsure_drafter(tokenizers, confidence=0.99).propose(budget)
+    assert len(proposal) >= 4 and ANSWER.startswith(tokenizers[1].decode(proposal.target_ids))
