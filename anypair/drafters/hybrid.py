@@ -18,7 +18,7 @@ from anypair.drafters.lookup import PromptLookupDrafter
 from anypair.drafters.model import ModelDrafter
 from anypair.policies.acceptance import AcceptanceEstimate
 from anypair.policies.expected_rate import best_length
-from anypair.types import DraftBudget, Proposal, RoundFeedback
+from anypair.types import DraftBudget, Proposal
 
 #: what a lookup "step" is priced at, in target steps (an index lookup per round, no model)
 LOOKUP_STEP_COST = 1e-3
@@ -76,9 +76,7 @@ class HybridDrafter(Drafter):
             proposed = self._lookup_proposed
             kept = next((i for i, (p, t) in enumerate(zip(proposed, new_target_ids)) if p != t),
                         min(len(proposed), len(new_target_ids)))
-            self.lookup_acceptance.observe(RoundFeedback(draft_steps=len(proposed), proposed=len(proposed),
-                                                         accepted=kept, draft_seconds=0.0, verify_seconds=0.0,
-                                                         draft_step_seconds=None))
+            self.lookup_acceptance.observe_counts(kept, len(proposed))
             self._lookup_proposed = []
         self.lookup.commit(new_target_ids)
         self.model_drafter.commit(new_target_ids)

@@ -15,10 +15,14 @@ class AcceptanceEstimate:
         self.rate = self.prior
 
     def observe(self, feedback: RoundFeedback) -> None:
-        if feedback.proposed == 0:
+        self.observe_counts(feedback.accepted, feedback.proposed)
+
+    def observe_counts(self, accepted: int, proposed: int) -> None:
+        """One round: the target kept the first `accepted` of `proposed` tokens."""
+        if proposed == 0:
             return
         # "accepted of proposed, stopping at the first rejection": the maximum-likelihood estimate
         # of a geometric process counts the rejection as the one failed trial
-        rejected = 1 if feedback.accepted < feedback.proposed else 0
-        observed = feedback.accepted / (feedback.accepted + rejected)
+        rejected = 1 if accepted < proposed else 0
+        observed = accepted / (accepted + rejected)
         self.rate = (1 - self.smoothing) * self.rate + self.smoothing * observed
