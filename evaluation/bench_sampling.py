@@ -109,16 +109,20 @@ def summary_table(reports: dict[float, BenchReport]) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="sampling: medians per temperature (speedup = median of per-prompt tok/s ratios vs target)")
-    for column in ("temperature", "method", "tok/s", "speedup vs target", "accept", "acc/round",
+    # sampled outputs differ in length between methods, and tok/s counts the target's prefill: the
+    # decode speedup (ms per token after the first) is the figure that does not swing with length
+    table = Table(title="sampling: medians per temperature (speedup = median of per-prompt tok/s ratios vs target; "
+                        "decode speedup = of ms per token after the first)")
+    for column in ("temperature", "method", "tok/s", "speedup vs target", "decode speedup", "accept", "acc/round",
                    "target log-p/token (mean)"):
         table.add_column(column, justify="right")
     for temperature, report in reports.items():
         for method in dict.fromkeys(r.method for r in report.runs):
-            speedups = report.speedups(method)
+            speedups, decode = report.speedups(method), report.decode_speedups(method)
             acceptance, per_round = report.median(method, "acceptance"), report.median(method, "mean_accepted")
             table.add_row(f"{temperature:g}", method, f"{report.median(method, 'tokens_per_s'):.2f}",
                           f"{statistics.median(speedups):.2f}x" if speedups else "",
+                          f"{statistics.median(decode):.2f}x" if decode else "",
                           "" if acceptance != acceptance else f"{acceptance:.2f}",
                           "" if per_round != per_round else f"{per_round:.2f}",
                           mean_logprob(report, method))

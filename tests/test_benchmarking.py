@@ -346,3 +346,14 @@ def test_anypair_bench_sweep_end_to_end_on_the_test_pair(zoo_fetch, tmp_path):
     assert sorted(r["new_tokens"] for r in rows if r["method"] == "target") == [3, 3, 6, 6]
     assert all(r["identical_to_target"] for r in rows if r["decoding"] == "greedy" and r["method"] == "anypair-model")
     assert (tmp_path / "sweep.md").read_text().startswith("Per example")
+
+
+def test_decode_speedups_leave_out_the_prefill_that_lengths_would_weigh_differently():
+    def run(method, new_tokens, prefill_s, ms_per_token):
+        total = prefill_s + (new_tokens - 1) * ms_per_token / 1000
+        return RunFigures(method, 0, 100, new_tokens, total, 1000 * prefill_s, ms_per_token, new_tokens / total)
+
+    # the same prompt: the target wrote 20 tokens at 40 ms, anypair 120 at 25 ms, both after a 1 s prefill
+    report = BenchReport(settings={}, runs=[run("target", 20, 1.0, 40.0), run("anypair", 120, 1.0, 25.0)])
+    assert report.decode_speedups("anypair") == pytest.approx([1.6])
+    assert report.speedups("anypair")[0] > 2.5  # tok/s: most of the target's short run was its prefill

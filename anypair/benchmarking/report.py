@@ -72,6 +72,15 @@ class BenchReport:
         base = {r.example: r.tokens_per_s for r in self.runs if r.method == baseline}
         return [r.tokens_per_s / base[r.example] for r in self.runs if r.method == method and base.get(r.example)]
 
+    def decode_speedups(self, method: str, baseline: str = BASELINE) -> list[float]:
+        """Per-run ms per token after the first of `baseline` over `method`'s on the same example.
+        The target's prefill is the same for both and left out (the draft's prompt read is not), so
+        where two methods write different lengths (sampling) the ratio does not swing with how much
+        of each run the prefill was."""
+        base = {r.example: r.ms_per_token for r in self.runs if r.method == baseline and r.new_tokens > 1}
+        return [base[r.example] / r.ms_per_token for r in self.runs
+                if r.method == method and r.new_tokens > 1 and base.get(r.example) and r.ms_per_token > 0]
+
     def to_json(self) -> dict:
         return {"settings": self.settings, "runs": [asdict(r) for r in self.runs]}
 
