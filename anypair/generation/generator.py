@@ -250,7 +250,9 @@ class AnyPairGenerator:
         score 2-4 tokens for about the price of one. The GGUF engine's int8 dot products are
         compute-bound past one row, so its slope is its kernel's: Qwen2.5-Coder-1.5B Q4_K_M on 2 cores
         of an AMD EPYC, k = 2 / 4 / 8 / 12 cost 1.08 / 1.31 / 2.15 / 2.82x k = 1 on the AVX-512 VNNI
-        path (0.08-0.165 a token) and 1.18 / 1.76 / 2.76 / 3.62x on the AVX2 path (0.18-0.28)."""
+        path (0.08-0.165 a token) and 1.18 / 1.76 / 2.76 / 3.62x on the AVX2 path (0.18-0.28).
+        Seeded sampling plans its rounds with it, so one seed gives one text per kernel path (the
+        logits themselves are the same bits on every path)."""
         if self.target.engine.engine == "gguf":
             from anypair.kernels import simd_level
 
