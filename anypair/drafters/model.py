@@ -209,7 +209,10 @@ class ModelDrafter(Drafter):
         # the draft's probability that its whole proposal so far is right: a token that would take
         # it below the threshold is worth less than the verification it costs, so it is left out
         sure_so_far = 1.0
-        # re-writing the held-back tail is an extra step: it proposes no new text by itself
+        # tokens written before the confidence stop may end the round: the healed tail (it proposes
+        # no new text by itself) and, on the translated path, MIN_TRANSLATED_DRAFT_TOKENS new ones
+        must_write = (1 if heal else 0) + (0 if self.same_vocabulary else MIN_TRANSLATED_DRAFT_TOKENS)
+        # re-writing the held-back tail is an extra step
         for step in range(max_draft_steps + (1 if heal else 0)):
             logits = self._next_logits()
             healing_step = step == 0 and bool(heal)
@@ -217,9 +220,7 @@ class ModelDrafter(Drafter):
             if token in self._draft_eos:
                 finished = True
                 break
-            fresh = len(new_ids) - (1 if heal else 0)  # new tokens so far past the healed tail
-            short = not self.same_vocabulary and fresh < MIN_TRANSLATED_DRAFT_TOKENS
-            if threshold > 0 and sure_so_far * confidence < threshold and not healing_step and not short:
+            if threshold > 0 and sure_so_far * confidence < threshold and len(new_ids) >= must_write:
                 break
             sure_so_far *= confidence
             new_ids.append(token)

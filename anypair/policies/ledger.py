@@ -9,8 +9,9 @@ QMSum and CNN/DailyMail, although its policy stopped drafting within each reques
 The ledger keeps, across requests, the share of time drafting saved: the savings of recent requests
 over what the target alone would have taken for them, both smoothed (a long request weighs more
 than a short one: the aim is total time). While that share is negative, requests run the target
-alone (no prompt read, no rounds); now and then one drafts anyway (an exploration) so the ledger notices when drafting pays again: the wait doubles after each
-exploration that loses, up to `longest_wait` requests, and one that pays resumes drafting at once.
+alone (no prompt read, no rounds); now and then one drafts anyway (an exploration) so the ledger
+notices when drafting pays again: the wait doubles after each exploration that loses, up to
+`longest_wait` requests, and one that pays resumes drafting at once.
 
 Terms, per request that drafted:
 - *target step*: the target's single-token pass, measured in that request (`target_step_estimate`);
