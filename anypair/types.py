@@ -8,7 +8,6 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-import torch
 
 from anypair.errors import InputError
 
@@ -58,9 +57,6 @@ class Proposal:
     policy needs to know about how it was made."""
 
     target_ids: list[int]  # [n]
-    # sampling only: row i is the distribution over target ids that target_ids[i] was drawn from,
-    # after the drafter's own temperature/top-k/top-p; [n, target_vocab]
-    target_probs: Optional[torch.Tensor] = None
     source: str = "model"  # which drafter produced it ("model", "lookup", ...)
     # the drafter's own probability that every proposed token is kept (model drafters)
     confidence: Optional[float] = None
@@ -73,9 +69,8 @@ class Proposal:
         return len(self.target_ids)
 
     def truncated(self, n_tokens: int) -> Proposal:
-        """The first `n_tokens` proposed tokens (with their distributions), everything else kept."""
-        probs = None if self.target_probs is None else self.target_probs[:n_tokens]
-        return replace(self, target_ids=self.target_ids[:n_tokens], target_probs=probs)
+        """The first `n_tokens` proposed tokens, everything else kept."""
+        return replace(self, target_ids=self.target_ids[:n_tokens])
 
 
 @dataclass(frozen=True)

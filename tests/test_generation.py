@@ -273,8 +273,8 @@ def _scripted_drafter(propose_from_reference, start_seconds: float = 0.0):
 
 def test_a_generator_runs_the_target_alone_while_drafting_loses_and_retries(models):
     """Drafting that lost time on recent requests is skipped (no prompt read, no rounds), retried on the
-    third request after, and the output stays the target's own; `skip_losing_drafts=False` and seeded
-    sampling draft on every request."""
+    third request after, and the output stays the target's own; `skip_losing_drafts=False` drafts on
+    every request. Seeded sampling consults the ledger too: its text is the target's own either way."""
     n = 8
     wrong = _scripted_drafter(lambda committed, budget: [0], start_seconds=0.5)  # slow, and never right
     gen = make_gen(models, None, drafter=wrong)
@@ -291,8 +291,10 @@ def test_a_generator_runs_the_target_alone_while_drafting_loses_and_retries(mode
 
     seeded = _scripted_drafter(lambda committed, budget: [0], start_seconds=0.5)
     gen = make_gen(models, None, drafter=seeded)
-    texts = {gen.generate(PROMPTS["prose"], max_new_tokens=n, do_sample=True, seed=3).text for _ in range(3)}
-    assert seeded.starts == 3 and len(texts) == 1
+    sampled = [gen.generate(PROMPTS["prose"], max_new_tokens=n, do_sample=True, seed=3) for _ in range(3)]
+    assert [r.stats.drafting_skipped is not None for r in sampled] == [False, True, True] and seeded.starts == 1
+    alone = gen.generate(PROMPTS["prose"], max_new_tokens=n, do_sample=True, seed=3, assisted=False)
+    assert {r.text for r in sampled} == {alone.text}
 
 
 def test_a_generator_keeps_drafting_while_drafting_pays(models):

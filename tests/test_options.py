@@ -14,12 +14,10 @@ from anypair.generation.options import (
     PairFacts,
     plan_request,
 )
-from anypair.policies import AdaptiveLength, ConstantLength, HeuristicLength, StepCosts
+from anypair.policies import AdaptiveLength, ConstantLength, HeuristicLength, TimedCosts
 
-MODEL_COSTS = StepCosts(draft_step=0.1, verify_slope=0.05)
-FREE_COSTS = StepCosts(draft_step=1e-3, verify_slope=0.05)
-WITH_DRAFT = PairFacts(has_draft_model=True, model_draft_costs=MODEL_COSTS, lookup_draft_costs=FREE_COSTS)
-WITHOUT_DRAFT = PairFacts(has_draft_model=False, model_draft_costs=None, lookup_draft_costs=FREE_COSTS)
+WITH_DRAFT = PairFacts(has_draft_model=True)
+WITHOUT_DRAFT = PairFacts(has_draft_model=False)
 GREEDY = GenerationRequest.of("def f():")
 SEEDED = GenerationRequest.of("def f():", do_sample=True, temperature=0.7, seed=3)
 UNSEEDED = GenerationRequest.of("def f():", do_sample=True, temperature=0.7)
@@ -80,7 +78,7 @@ def test_a_request_keeps_its_arguments_in_checked_form():
                                    do_sample=True, temperature=0.5, top_p=0.9, seed=1, assisted=False)
     assert request.prompt is None and request.messages == ({"role": "user", "content": "hi"},)
     assert request.stop_strings == ("\n\n",) and request.max_new_tokens == 7 and not request.assisted
-    assert request.sampling.temperature == 0.5 and request.sampling.top_p == 0.9 and request.seeded_sampling
+    assert request.sampling.temperature == 0.5 and request.sampling.top_p == 0.9 and request.sampling.seed == 1
     assert GenerationRequest.of("x", stop=["a", "b"]).stop_strings == ("a", "b")
     assert not request.ignore_eos and GenerationRequest.of("x", ignore_eos=True).ignore_eos
 
@@ -122,13 +120,14 @@ def test_sampling_requests_get_the_sampling_verifier():
     assert plan_request(GeneratorOptions(), UNSEEDED, WITH_DRAFT).verifier == "sampling"
 
 
-def test_only_seeded_sampling_with_the_adaptive_policy_plans_without_timings():
-    assert plan_request(GeneratorOptions(), SEEDED, WITH_DRAFT).fixed_costs == MODEL_COSTS
-    assert plan_request(GeneratorOptions(drafter="lookup"), SEEDED, WITH_DRAFT).fixed_costs == FREE_COSTS
-    assert plan_request(GeneratorOptions(drafter=NoDrafter()), SEEDED, WITHOUT_DRAFT).fixed_costs == FREE_COSTS
-    assert plan_request(GeneratorOptions(), UNSEEDED, WITH_DRAFT).fixed_costs is None
-    assert plan_request(GeneratorOptions(), GREEDY, WITH_DRAFT).fixed_costs is None
-    assert plan_request(GeneratorOptions(draft_length="constant"), SEEDED, WITH_DRAFT).fixed_costs is None
+def test_seeded_sampling_plans_like_any_request():
+    """The keyed verifier makes a seed's text independent of the policy, so a seeded request gets
+    the same drafter and the same timed adaptive policy as a greedy one."""
+    seeded, greedy = (plan_request(GeneratorOptions(), request, WITH_DRAFT) for request in (SEEDED, GREEDY))
+    assert seeded.drafter == greedy.drafter == "model"
+    assert type(seeded.policy) is type(greedy.policy) is AdaptiveLength
+    assert isinstance(seeded.policy.expected_rate.costs, TimedCosts)
+    assert isinstance(seeded.policy.confidence_stop.costs, TimedCosts)
 
 
 def test_the_policy_follows_draft_length_and_num_draft_tokens():
@@ -145,6 +144,6 @@ def test_the_policy_follows_draft_length_and_num_draft_tokens():
 def test_planning_is_pure():
     options = GeneratorOptions(draft_length="constant", num_draft_tokens=3)
     first, second = (plan_request(options, SEEDED, WITH_DRAFT) for _ in range(2))
-    assert (first.drafter, first.verifier, first.fixed_costs) == (second.drafter, second.verifier, second.fixed_costs)
+    assert (first.drafter, first.verifier) == (second.drafter, second.verifier)
     assert first.policy is not second.policy  # a policy has per-request state: each plan gets its own
     assert options == GeneratorOptions(draft_length="constant", num_draft_tokens=3)

@@ -32,6 +32,7 @@ import torch
 
 from anypair.backends.base import ModelBackend
 from anypair.drafters.base import DraftRequest, Drafter
+from anypair.sampling.keyed import PositionNoise
 from anypair.tokenization.base import TokenizerAdapter
 from anypair.types import DraftBudget, Proposal, SamplingConfig
 
@@ -41,7 +42,7 @@ PromptRenderer = Callable[[DraftRequest], list[int]]
 # tokens past its healed tail. The translation holds back its last target token (more text may
 # still re-tokenize it), so a proposal of one new draft token is mostly empty; a round that drafted
 # yet proposes nothing pays its steps, teaches the policy's calibration nothing, and reads as
-# drafting that lost time. Seeded sampling at T=0.7 (stop advice ~0.35, 10 HumanEval prompts):
+# drafting that lost time. Sampling at T=0.7 (stop advice ~0.35, 10 HumanEval prompts):
 # 4 prompts' first rounds and probes all came back empty and the policy gave up drafting for the
 # request; with 2, 2.1 target tokens a round instead of 1.5.
 MIN_TRANSLATED_DRAFT_TOKENS = 2
@@ -60,7 +61,7 @@ class ModelDrafter(Drafter):
         same_vocabulary: Optional[bool] = None,
         confidence_threshold: Optional[float] = None,
         sampling: Optional[SamplingConfig] = None,
-        generator: Optional[torch.Generator] = None,
+        noise: Optional[PositionNoise] = None,
         token_healing: bool = True,
         intersection_sampling: bool = False,
         prompt_window: int = 0,
@@ -76,10 +77,14 @@ class ModelDrafter(Drafter):
         self.confidence_threshold = confidence_threshold
         self.sampling = sampling if sampling is not None and sampling.do_sample else None
         # how to draft when the target samples: by default the draft's greedy text, translated like in
-        # greedy decoding, as point masses (q one-hot: accepted with probability p(token));
-        # `intersection_sampling`: sample draft tokens the target also has, with their distributions
+        # greedy decoding (a token is kept with the target's probability of it); `intersection_sampling`:
+        # the draft's keyed samples among the tokens the target also has, read with the target's own
+        # noise (`noise`, the verifier's), so where draft and target agree they pick the same token
         self.draws_samples = self.sampling is not None and intersection_sampling
-        self.generator = generator
+        if self.draws_samples and noise is None:
+            raise ValueError("intersection sampling needs the verifier's PositionNoise (noise=...)")
+        self.noise = noise
+        self._next_position = 0  # the generated position of the next target token (keyed noise)
         if prompt_window < 0:
             raise ValueError(f"prompt_window must be >= 0 draft tokens (0: the whole prompt), got {prompt_window}")
         self.prompt_window = prompt_window  # 0: the whole prompt
@@ -123,6 +128,7 @@ class ModelDrafter(Drafter):
             # positions restart at 0 in the window: the draft sees a shorter document, not a gap
             del self._context_ids[: len(self._context_ids) - self.prompt_window]
         self._proposed_draft_ids = []
+        self._next_position = 0
         # the draft reads the prompt now, not inside the first round: a round that pays a
         # thousand-token prefill looks like drafting that loses time, and the policy would pause it
         if len(self._context_ids) > 1:
@@ -135,16 +141,16 @@ class ModelDrafter(Drafter):
 
     @property
     def stops_by_confidence(self) -> bool:
-        # also when sampling: a proposal length decided by the draft's own draws is a stopping
-        # time of the draft's process, and rejection sampling stays exact for any such length
+        # also when sampling: the keyed verifier emits the target's own samples whatever the
+        # proposal's length and however it was decided
         return self.confidence_threshold != 0
 
     def _stop_threshold(self, budget: DraftBudget) -> float:
         return budget.stop_confidence if self.confidence_threshold is None else self.confidence_threshold
 
     def _proposal(self, target_ids: list[int], confidence: Optional[float] = None,
-                  target_probs: Optional[torch.Tensor] = None, translate_seconds: float = 0.0) -> Proposal:
-        return Proposal(target_ids, target_probs, self.name, confidence, translate_seconds, self._step_seconds)
+                  translate_seconds: float = 0.0) -> Proposal:
+        return Proposal(target_ids, self.name, confidence, translate_seconds, self._step_seconds)
 
     # -- drafting ----------------------------------------------------------------------------
     def _next_logits(self) -> torch.Tensor:
@@ -244,8 +250,9 @@ class ModelDrafter(Drafter):
         return list(translation.target_ids[: min(translation.n_stable, max_target_tokens)])
 
     def _propose_sampled(self, max_draft_steps: int, max_target_tokens: int, threshold: float) -> Proposal:
-        """Token-level intersection sampling: the draft samples among tokens the target also has;
-        each sampled draft token IS a target token (identical bytes), with its distribution."""
+        """Token-level intersection sampling: each draft token is the draft's keyed sample among the
+        tokens the target also has (identical bytes), read with the target's noise at the position
+        it is proposed for; each sampled draft token IS a target token."""
         from anypair.sampling import sample_draft_token
 
         if self.sync is not None and self.sync.pending:
@@ -253,17 +260,19 @@ class ModelDrafter(Drafter):
             # token would not continue the target's text, so this round is one target sample
             self._proposed_draft_ids = []
             return self._proposal([])
+        assert self.noise is not None  # checked at construction
+        target_rows = self.vocab_map.target_to_draft.shape[0]
         sure_so_far = 1.0
         new_ids: list[int] = []
         target_ids: list[int] = []
-        dists: list[torch.Tensor] = []
-        for _ in range(min(max_draft_steps, max_target_tokens)):
+        for offset in range(min(max_draft_steps, max_target_tokens)):
             logits = self._next_logits()
-            picked = sample_draft_token(logits, self.vocab_map, self.sampling, self.generator)
+            noise_row = self.noise.exponential(self._next_position + offset, target_rows)
+            picked = sample_draft_token(logits, self.vocab_map, self.sampling, noise_row)
             if picked is None:
                 break
             draft_id, target_id, q_target = picked
-            # the draft's probability of its own draw stands in for how likely the target is to
+            # the draft's probability of its own pick stands in for how likely the target is to
             # keep it (the policy calibrates it against what the target actually accepted)
             confidence = float(q_target[target_id])
             if threshold > 0 and sure_so_far * confidence < threshold:
@@ -272,14 +281,14 @@ class ModelDrafter(Drafter):
             new_ids.append(draft_id)
             self._context_ids.append(draft_id)
             target_ids.append(target_id)
-            dists.append(q_target)
         self._proposed_draft_ids = new_ids
         if not target_ids:
             return self._proposal([])
-        return self._proposal(target_ids, sure_so_far, target_probs=torch.stack(dists))
+        return self._proposal(target_ids, sure_so_far)
 
     # -- after verification ------------------------------------------------------------------
     def commit(self, new_target_ids: Sequence[int]) -> None:
+        self._next_position += len(new_target_ids)
         proposed = self._proposed_draft_ids
         self._proposed_draft_ids = []
         if self.same_vocabulary:

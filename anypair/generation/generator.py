@@ -30,6 +30,7 @@ from anypair.generation.options import (
 )
 from anypair.policies import DraftLengthPolicy, StepCosts, draft_prompt_window, estimated_step_costs
 from anypair.policies.ledger import DraftingLedger, LedgerDecision, RequestOutcome
+from anypair.sampling.keyed import PositionNoise
 from anypair.types import GenerationResult, SamplingConfig
 from anypair.verifiers.base import Verifier
 
@@ -93,7 +94,7 @@ class AnyPairGenerator:
             drafting saved time (`policies.ledger.DraftingLedger`, one per drafter and greedy or
             sampling): while it has been losing on recent requests, a request runs the target alone,
             skipping the draft's prompt read and rounds, and every few requests one drafts again to
-            check. Seeded sampling never consults it (its text must not depend on earlier requests).
+            check. Sampling consults it too: a seed gives the target's own text either way.
             False: every request drafts.
     """
 
@@ -153,8 +154,7 @@ class AnyPairGenerator:
         self._same_vocabulary: Optional[bool] = None
         # whether drafting paid on recent requests, per (drafter kind, sampling): see _ledger
         self._ledgers: dict[tuple[str, bool], DraftingLedger] = {}
-        self._pair = PairFacts(has_draft_model=self.draft is not None, model_draft_costs=self._model_draft_costs(),
-                               lookup_draft_costs=StepCosts(draft_step=1e-3, verify_slope=self._verify_slope()))
+        self._pair = PairFacts(has_draft_model=self.draft is not None)
 
     # -- the pair -------------------------------------------------------------------------------
     @property
@@ -174,7 +174,7 @@ class AnyPairGenerator:
             self._same_vocabulary = same_vocabulary(self.target.tokenizer, self.draft.tokenizer)
         return self._same_vocabulary
 
-    def _model_drafter(self, sampling: SamplingConfig, generator: Optional[torch.Generator]) -> Drafter:
+    def _model_drafter(self, sampling: SamplingConfig, noise: Optional[PositionNoise]) -> Drafter:
         from anypair.drafters.model import ModelDrafter
 
         assert self.draft is not None and self.draft_backend is not None  # plan_request's "model" needs one
@@ -187,7 +187,7 @@ class AnyPairGenerator:
         drafter = ModelDrafter(self.draft_backend, self.draft.tokenizer, self.target.tokenizer, render,
                                same_vocabulary=self.same_vocabulary,
                                confidence_threshold=self.options.confidence_threshold,
-                               sampling=sampling, generator=generator,
+                               sampling=sampling, noise=noise,
                                intersection_sampling=self.options.sampled_drafts == "intersection",
                                prompt_window=self.draft_window)
         if not sampling.do_sample:
@@ -218,31 +218,32 @@ class AnyPairGenerator:
         rendered = self.target.hf_tokenizer.decode(body, skip_special_tokens=False, clean_up_tokenization_spaces=False)
         return self.draft.render(rendered, None)
 
-    def _drafter(self, kind: DrafterKind, sampling: SamplingConfig, generator: Optional[torch.Generator]) -> Drafter:
+    def _drafter(self, kind: DrafterKind, sampling: SamplingConfig, noise: Optional[PositionNoise]) -> Drafter:
         if kind == "none":
             return NoDrafter()
         if kind == "given":
             assert isinstance(self.options.drafter, Drafter)
             return self.options.drafter
         if kind == "model":
-            return self._model_drafter(sampling, generator)
+            return self._model_drafter(sampling, noise)
         if kind == "lookup":
             from anypair.drafters.lookup import PromptLookupDrafter
 
             return PromptLookupDrafter()
         from anypair.drafters.hybrid import HybridDrafter
 
-        return HybridDrafter(self._model_drafter(sampling, generator), verify_slope=self._verify_slope())
+        return HybridDrafter(self._model_drafter(sampling, noise), verify_slope=self._verify_slope())
 
     @staticmethod
-    def _verifier(kind: VerifierKind, sampling: SamplingConfig, generator: Optional[torch.Generator]) -> Verifier:
+    def _verifier(kind: VerifierKind, sampling: SamplingConfig, noise: Optional[PositionNoise]) -> Verifier:
         if kind == "greedy":
             from anypair.verifiers.greedy import GreedyVerifier
 
             return GreedyVerifier()
-        from anypair.sampling import SamplingVerifier
+        from anypair.sampling import SamplingVerifier, make_generator
 
-        return SamplingVerifier(sampling, generator)
+        assert noise is not None  # _session makes one for every sampling request
+        return SamplingVerifier(sampling, make_generator(sampling.seed), noise)
 
     def _verify_slope(self) -> float:
         """What each extra token scored in one pass adds to a target step, as a share of the step.
@@ -251,8 +252,8 @@ class AnyPairGenerator:
         compute-bound past one row, so its slope is its kernel's: Qwen2.5-Coder-1.5B Q4_K_M on 2 cores
         of an AMD EPYC, k = 2 / 4 / 8 / 12 cost 1.08 / 1.31 / 2.15 / 2.82x k = 1 on the AVX-512 VNNI
         path (0.08-0.165 a token) and 1.18 / 1.76 / 2.76 / 3.62x on the AVX2 path (0.18-0.28).
-        Seeded sampling plans its rounds with it, so one seed gives one text per kernel path (the
-        logits themselves are the same bits on every path)."""
+        The hybrid drafter and the drafting ledger price passes with it; the adaptive policy fits
+        its own line to the passes it times."""
         if self.target.engine.engine == "gguf":
             from anypair.kernels import simd_level
 
@@ -304,7 +305,7 @@ class AnyPairGenerator:
     def _ledger(self, plan: RequestPlan, request: GenerationRequest) -> Optional[DraftingLedger]:
         """The ledger this request consults and feeds (None: it drafts as planned, unrecorded)."""
         if (not self.options.skip_losing_drafts or self.options.draft_length != "adaptive"
-                or plan.drafter == "none" or request.seeded_sampling):
+                or plan.drafter == "none"):
             return None
         return self._ledgers.setdefault((plan.drafter, request.sampling.do_sample), DraftingLedger())
 
@@ -321,13 +322,12 @@ class AnyPairGenerator:
         if plan.drafts_with_model:
             self._check_draft_context(request, target_ids)
         sampling = request.sampling
-        generator = None
-        if sampling.do_sample:
-            generator = torch.Generator(device="cpu")
-            generator.manual_seed(sampling.seed if sampling.seed is not None else torch.seed())
+        # sampling: the request's noise, keyed by the verifier from the seed (`sampling.keyed`), read
+        # by the verifier and by a drafter that couples its picks to it
+        noise = PositionNoise() if sampling.do_sample else None
         ledger = self._ledger(plan, request)
         decision = ledger.decide() if ledger is not None else LedgerDecision(draft=True)
-        drafter = self._drafter(plan.drafter, sampling, generator) if decision.draft else NoDrafter()
+        drafter = self._drafter(plan.drafter, sampling, noise) if decision.draft else NoDrafter()
         messages = list(request.messages) if request.messages is not None else None
         draft_request = DraftRequest(target_ids, prompt=request.prompt, messages=messages)
         # no end-of-sequence ids: the loop then stops only at max_new_tokens (or a stop string)
@@ -335,7 +335,7 @@ class AnyPairGenerator:
         decode_request = DecodeRequest(target_ids, request.max_new_tokens, eos_ids, request.stop_strings, draft_request,
                                        drafting_skipped=decision.skip_note())
         session = DecodeSession(self.target_backend, self.target.tokenizer, drafter,
-                                self._verifier(plan.verifier, sampling, generator), plan.policy, decode_request)
+                                self._verifier(plan.verifier, sampling, noise), plan.policy, decode_request)
         entry = _LedgerEntry(ledger, decision) if ledger is not None and decision.draft else None
         return session, entry
 

@@ -10,7 +10,7 @@
 
     options = GeneratorOptions(drafter="hybrid", num_draft_tokens=4)
     request = GenerationRequest.of("def fib(n):", max_new_tokens=64)
-    plan = plan_request(options, request, PairFacts(has_draft_model=True, ...))
+    plan = plan_request(options, request, PairFacts(has_draft_model=True))
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import torch
 from anypair.drafters.base import Drafter
 from anypair.errors import InputError
 from anypair.generation.checks import check_choices, check_member_options, check_options, check_request
-from anypair.policies import DraftLengthPolicy, StepCosts, make_policy
+from anypair.policies import DraftLengthPolicy, make_policy
 from anypair.types import SamplingConfig
 
 #: draft tokens of the prompt the draft model reads (its last ones; 0: all; None: by the draft's
@@ -130,21 +130,11 @@ class GenerationRequest:
         return cls(prompt, tuple(messages) if messages is not None else None, max_new_tokens, stops, sampling,
                    bool(assisted), ignore_eos)
 
-    @property
-    def seeded_sampling(self) -> bool:
-        return self.sampling.do_sample and self.sampling.seed is not None
-
-
 @dataclass(frozen=True)
 class PairFacts:
     """What planning needs to know of the loaded pair."""
 
     has_draft_model: bool
-    # timing-free step costs (see policies.estimated_step_costs), what a seeded sampling request
-    # plans with: of drafting with the draft model (None without one), and of drafting for free
-    # (n-gram lookup, or a drafter the generator knows nothing of when there is no draft model)
-    model_draft_costs: Optional[StepCosts]
-    lookup_draft_costs: StepCosts
 
 
 @dataclass(frozen=True)
@@ -154,9 +144,6 @@ class RequestPlan:
     drafter: DrafterKind  # "none": the target alone; "given": the Drafter instance in the options
     verifier: VerifierKind
     policy: DraftLengthPolicy
-    # fixed step costs the adaptive policy prices rounds with instead of timings (seeded sampling);
-    # None: measured timings
-    fixed_costs: Optional[StepCosts] = None
 
     @property
     def drafts_with_model(self) -> bool:
@@ -166,9 +153,9 @@ class RequestPlan:
 def plan_request(options: GeneratorOptions, request: GenerationRequest, pair: PairFacts) -> RequestPlan:
     """Choose the drafter, verifier and policy for `request`. Pure: same arguments, same plan.
 
-    A seeded sampling request with the adaptive policy plans with timing-free costs: measured
-    timings would make the number of random draws per round, and so the sampled text, depend on
-    how busy the machine is."""
+    Sampling and greedy requests plan alike: the keyed sampling verifier emits the target's own
+    samples whatever was proposed, so a seeded request's text cannot depend on the policy's
+    measured timings (`verifiers.sampling`)."""
     drafter: DrafterKind
     if not request.assisted:
         drafter = "none"
@@ -178,10 +165,6 @@ def plan_request(options: GeneratorOptions, request: GenerationRequest, pair: Pa
         drafter = "none"  # AnyPairGenerator(target) alone: the documented way to run the target by itself
     else:
         drafter = options.drafter  # type: ignore[assignment]  (checked against DRAFTERS at construction)
-    fixed_costs = None
-    if request.seeded_sampling and options.draft_length == "adaptive":
-        uses_model = pair.model_draft_costs is not None and drafter != "lookup"
-        fixed_costs = pair.model_draft_costs if uses_model else pair.lookup_draft_costs
-    policy = make_policy(options.draft_length, options.num_draft_tokens, fixed_costs=fixed_costs)
+    policy = make_policy(options.draft_length, options.num_draft_tokens)
     verifier: VerifierKind = "sampling" if request.sampling.do_sample else "greedy"
-    return RequestPlan(drafter, verifier, policy, fixed_costs)
+    return RequestPlan(drafter, verifier, policy)

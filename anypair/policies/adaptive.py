@@ -1,6 +1,6 @@
 """AdaptiveLength, the default policy: `ConfidenceStopLength` when the drafter stops by its own
 confidence, `ExpectedRateLength` otherwise, chosen at each request's reset. Both price rounds with
-measured timings, or with `fixed_costs` (seeded sampling: see `policies.costs`)."""
+measured timings, or with `fixed_costs` (see `policies.costs`)."""
 from __future__ import annotations
 
 from typing import Optional

@@ -3,9 +3,9 @@ round's expected gain against its cost. One small interface, two sources:
 
 - `TimedCosts`: measured seconds (the drafter's own step timing, a line fitted to verification
   times: verification is not flat in the tokens scored on CPUs);
-- `FixedCosts`: a line fixed in advance from the models' sizes (`estimated_step_costs`), in units
-  of one single-token target step. Seeded sampling needs it: the number of random draws per round,
-  and so the sampled text, must not depend on how busy the machine was.
+- `FixedCosts`: a line fixed in advance (e.g. from the models' sizes, `estimated_step_costs`), in
+  units of one single-token target step: rounds planned the same way on a busy machine as on an idle
+  one, for comparing drafters without timing noise and for tests that pin a decision on given costs.
 """
 from __future__ import annotations
 
@@ -63,8 +63,8 @@ class StepCosts:
 # CPU in fp32 (SmolLM2-135M step 55 ms, Qwen2.5-1.5B step 270 ms). gguf (anypair's C forward): ~1 MB
 # of weights' worth, fitted on single-token steps (SmolLM2-135M Q4_1 3.4 ms, Qwen2.5-Coder-0.5B
 # 16.8 ms, -1.5B 35.5 ms; AMD EPYC, 2 threads). llama.cpp: ~4 MB (its SmolLM2 step 9.3 ms there).
-# With the torch figure on every engine a 135M gguf draft looked half a target step, and seeded
-# sampling never drafted.
+# With the torch figure on every engine a 135M gguf draft looked half a target step (and sampling,
+# then planned with these costs, never drafted).
 LAYER_OVERHEAD_PARAMS = {"torch": 7.4e6, "gguf": 0.25e6, "llama.cpp": 1.0e6}
 
 

@@ -20,9 +20,9 @@ Terms, per request that drafted:
   verifying. Negative when drafting made the request slower;
 - *share*: the saving over what the target alone would have taken (prefill + those steps).
 
-Only requests whose output does not depend on it may consult the ledger: greedy ones (the output
-is the target's own either way) and unseeded sampling. A seeded request must give the same text
-whatever ran before it, and skipping the draft changes how many random draws a round takes.
+Every request may consult it: greedy and sampling alike, the output is the target's own whether
+the request drafts or not (sampling: the keyed verifier, `verifiers.sampling`), so a seed gives the
+same text whatever ran before it.
 """
 from __future__ import annotations
 

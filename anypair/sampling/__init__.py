@@ -1,6 +1,7 @@
 """Lossless sampling pieces shared by drafters, verifiers and `anypair inspect`.
 
     warp_logits                  the target's (or draft's) temperature / top-k / top-p, as transformers does it
+    keyed_sample, PositionNoise  the target's sample at a position: argmax p / Exp(1) noise fixed by (request key, position)
     sample_draft_token           one draft sample restricted to the vocabulary intersection, carried to target ids
     pair_vocab_map               the intersection map of a tokenizer pair, built once per pair
     intersection_probability_mass  how much target probability the intersection covers (inspect's estimate)
@@ -8,8 +9,9 @@
 The verifier that uses them, `anypair.verifiers.sampling.SamplingVerifier`, is re-exported here.
 """
 from anypair.sampling.draft import DraftSample, pair_vocab_map, sample_draft_token
+from anypair.sampling.keyed import PositionNoise, draw_request_key, keyed_sample
 from anypair.sampling.mass import intersection_probability_mass
-from anypair.sampling.warping import make_generator, sample_from_probs, warp_logits
+from anypair.sampling.warping import make_generator, warp_logits
 
 
 def __getattr__(name):  # lazy: anypair.verifiers.sampling imports this package's modules
@@ -22,11 +24,13 @@ def __getattr__(name):  # lazy: anypair.verifiers.sampling imports this package'
 
 __all__ = [
     "DraftSample",
+    "PositionNoise",
     "SamplingVerifier",
+    "draw_request_key",
     "intersection_probability_mass",
+    "keyed_sample",
     "make_generator",
     "pair_vocab_map",
     "sample_draft_token",
-    "sample_from_probs",
     "warp_logits",
 ]

@@ -3,7 +3,10 @@
 A draft token whose bytes are not a single target token cannot be proposed to the target one
 token for one token, so the draft samples only inside the vocabulary intersection. The
 distribution it samples from (intersection-masked, then the draft's own temperature / top-k /
-top-p) is returned in target-id space: that is the `q` the rejection-sampling verifier needs.
+top-p) is carried into target-id space (q), and the draft's pick is q's keyed sample with the
+noise the target will use at that position (`sampling.keyed`): where q is close to the target's
+p, the two races are usually won by the same token, so the target keeps the proposal more often
+than a pick independent of its noise would be kept.
 """
 from __future__ import annotations
 
@@ -12,7 +15,8 @@ from typing import Any, NamedTuple, Optional, Protocol
 
 import torch
 
-from anypair.sampling.warping import sample_from_probs, warp_logits
+from anypair.sampling.keyed import keyed_sample
+from anypair.sampling.warping import warp_logits
 from anypair.types import SamplingConfig
 
 #: below this share of the draft's probability on the intersection the draft proposes nothing:
@@ -32,7 +36,7 @@ class VocabMapLike(Protocol):
 class DraftSample(NamedTuple):
     draft_id: int
     target_id: int
-    #: [target model rows] the exact distribution `target_id` was drawn from (float32, sums to 1)
+    #: [target model rows] q: the distribution `target_id` was drawn from (float32, sums to 1)
     target_probs: torch.Tensor
 
 
@@ -84,12 +88,13 @@ def sample_draft_token(
     draft_logits: torch.Tensor,
     vocab_map: Optional[VocabMapLike],
     cfg: SamplingConfig,
-    generator: torch.Generator,
+    noise_row: torch.Tensor,
     min_intersection_mass: float = MIN_INTERSECTION_MASS,
 ) -> Optional[DraftSample]:
-    """Sample a draft token among those the target shares; None when the intersection holds
-    less than `min_intersection_mass` of the draft's probability (then the round proposes nothing).
-    `vocab_map=None` means draft ids are target ids over the same logit rows.
+    """The draft's keyed sample among the tokens the target shares, decided by `noise_row` (the
+    target's Exp(1) noise at the position proposed for, [target model rows]); None when the
+    intersection holds less than `min_intersection_mass` of the draft's probability (then the round
+    proposes nothing). `vocab_map=None` means draft ids are target ids over the same logit rows.
     """
     if draft_logits.dim() != 1:
         raise ValueError(f"sample_draft_token wants one row of draft logits [V], got shape {tuple(draft_logits.shape)}")
@@ -100,7 +105,6 @@ def sample_draft_token(
         return None
     masked_logits = draft_logits.masked_fill(~in_intersection, float("-inf"))
     draft_probs = warp_logits(masked_logits, cfg)
-    draft_id = sample_from_probs(draft_probs, generator)
 
     draft_to_target = vocab_map.draft_to_target[: draft_logits.shape[0]]
     target_rows = vocab_map.target_to_draft.shape[0]
@@ -108,4 +112,7 @@ def sample_draft_token(
     # probabilities add up on the one target id they all stand for
     target_probs = torch.zeros(target_rows, dtype=draft_probs.dtype)
     target_probs.index_add_(0, draft_to_target[in_intersection], draft_probs[in_intersection])
-    return DraftSample(draft_id, int(draft_to_target[draft_id]), target_probs)
+    target_id = keyed_sample(target_probs, noise_row)
+    # the draft continues with its likeliest id of those bytes (twins write the same text)
+    draft_id = int(torch.argmax(draft_probs.masked_fill(draft_to_target != target_id, -1.0)))
+    return DraftSample(draft_id, target_id, target_probs)

@@ -1,0 +1,87 @@
+"""Position-keyed sampling: the target's sample at generated position n is
+
+    x_n = argmax_v  p_n(v) / E_n(v),        E_n(v) ~ Exp(1), one vector per (request key, n)
+
+This is the exponential race (the Gumbel-max trick written without logarithms; vLLM's sampler
+draws its tokens the same way): the smallest of independent E(v) / p(v) belongs to token v with
+probability exactly p(v) / sum(p), so x_n follows p_n. The noise of position n depends only on
+the request's key and on n, never on how many draws came before it, and positions get independent
+noise; so the sampled text is a function of the key and the target's logits alone, distributed as
+the target sampling by itself. A draft cannot change that text, only reach it sooner: a proposed
+token is kept exactly when it is the target's keyed sample at its position (the greedy rule, applied
+to these noisy argmaxes), and the same seed gives the same text with or without a draft, whatever
+the policy decided and however busy the machine was.
+
+The noise comes from a counter-based generator (numpy's Philox, keyed by request key and
+position), so a position's vector costs the same whichever position came before, and a drafter may
+read the noise of positions it is proposing for (coupled drafts: `sample_draft_token`).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Optional
+
+import numpy as np
+import torch
+
+#: noise vectors kept: a coupled drafter reads a position's row a round before the verifier does
+CACHED_POSITIONS = 16
+
+
+def draw_request_key(generator: torch.Generator) -> int:
+    """A request's 63-bit noise key, drawn from the request's seeded generator."""
+    return int(torch.randint(0, 2**63 - 1, (1,), generator=generator, dtype=torch.int64))
+
+
+class PositionNoise:
+    """The Exp(1) noise of one request, by generated position (0 = the first generated token).
+
+    `rekey` starts a request; the verifier and a coupled drafter then read the same rows."""
+
+    def __init__(self) -> None:
+        self._key: Optional[int] = None
+        self._rows: "OrderedDict[tuple[int, int], torch.Tensor]" = OrderedDict()
+
+    @property
+    def key(self) -> Optional[int]:
+        return self._key
+
+    def rekey(self, key: int) -> None:
+        if not 0 <= key < 2**64:
+            raise ValueError(f"a noise key must be a 64-bit unsigned integer, got {key}")
+        self._key = key
+        self._rows.clear()
+
+    def exponential(self, position: int, rows: int) -> torch.Tensor:
+        """float64 [rows] of Exp(1) draws for `position`, the same on every call."""
+        if self._key is None:
+            raise RuntimeError("PositionNoise.exponential before rekey: the request has no key yet")
+        if position < 0:
+            raise ValueError(f"positions count generated tokens from 0, got {position}")
+        cached = self._rows.get((position, rows))
+        if cached is not None:
+            self._rows.move_to_end((position, rows))
+            return cached
+        bit_generator = np.random.Philox(key=(self._key << 64) | position)
+        draws = np.random.Generator(bit_generator).standard_exponential(rows)
+        # an Exp(1) draw of exactly 0 (probability ~2^-53) would divide by zero: the next float up
+        # changes nothing a sample could notice
+        np.maximum(draws, np.finfo(np.float64).tiny, out=draws)
+        row = torch.from_numpy(draws)
+        self._rows[(position, rows)] = row
+        if len(self._rows) > CACHED_POSITIONS:
+            self._rows.popitem(last=False)
+        return row
+
+
+def keyed_sample(probs: torch.Tensor, noise_row: torch.Tensor) -> int:
+    """argmax_v probs(v) / noise_row(v): one draw from `probs` (non-negative weights, need not sum
+    to 1) decided by `noise_row`. A zero-probability id never wins against a positive one."""
+    if probs.dim() != 1 or noise_row.shape != probs.shape:
+        raise ValueError(f"keyed_sample wants a 1-D weight vector and a noise row of the same shape, got "
+                         f"{tuple(probs.shape)} and {tuple(noise_row.shape)}")
+    race = probs.to(torch.float64) / noise_row
+    token_id = int(torch.argmax(race))
+    if not float(race[token_id]) > 0.0:
+        raise ValueError("cannot sample from a distribution with no positive probability")
+    return token_id
