@@ -94,7 +94,9 @@ def run(args: argparse.Namespace) -> dict[float, BenchReport]:
         if args.json:
             save_json(reports, args.json)  # a cut-off run keeps what it measured
 
-    run_interleaved(methods, jobs, description="benchmarking sampling", target_logprob=logprob, after_job=record)
+    # anypair must write the target's own text for each seed: a difference is a bug, not a figure
+    run_interleaved(methods, jobs, description="benchmarking sampling", target_logprob=logprob, after_job=record,
+                    stop_on_mismatch=True)
     return reports
 
 
@@ -109,12 +111,13 @@ def summary_table(reports: dict[float, BenchReport]) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    # sampled outputs differ in length between methods, and tok/s counts the target's prefill: the
+    # anypair writes the target's own text for each seed, so its tok/s ratio compares the same tokens;
+    # transformers' UAG samples a text of its own (another length), and tok/s counts the prefill: the
     # decode speedup (ms per token after the first) is the figure that does not swing with length
     table = Table(title="sampling: medians per temperature (speedup = median of per-prompt tok/s ratios vs target; "
                         "decode speedup = of ms per token after the first)")
     for column in ("temperature", "method", "tok/s", "speedup vs target", "decode speedup", "accept", "acc/round",
-                   "target log-p/token (mean)"):
+                   "same text as target", "target log-p/token (mean)"):
         table.add_column(column, justify="right")
     for temperature, report in reports.items():
         for method in dict.fromkeys(r.method for r in report.runs):
@@ -125,10 +128,16 @@ def summary_table(reports: dict[float, BenchReport]) -> str:
                           f"{statistics.median(decode):.2f}x" if decode else "",
                           "" if acceptance != acceptance else f"{acceptance:.2f}",
                           "" if per_round != per_round else f"{per_round:.2f}",
-                          mean_logprob(report, method))
+                          identical_share(report, method), mean_logprob(report, method))
     buffer = StringIO()
     Console(file=buffer, width=140).print(table)
     return buffer.getvalue()
+
+
+def identical_share(report: BenchReport, method: str) -> str:
+    """'10/10': runs whose tokens are the target alone's for the same seed (blank: not comparable)."""
+    same = [r.identical_to_target for r in report.runs if r.method == method and r.identical_to_target is not None]
+    return f"{sum(same)}/{len(same)}" if same else ""
 
 
 def mean_logprob(report: BenchReport, method: str) -> str:

@@ -27,8 +27,9 @@ GREEDY = Decoding(max_new_tokens=4)
 class ScriptedMethod:
     """A method that writes `ids` (or `ids_for(job example)`) and logs every call in a shared list."""
 
-    def __init__(self, name, log, ids=(1, 2, 3), ids_for=None, seconds=1.0):
+    def __init__(self, name, log, ids=(1, 2, 3), ids_for=None, seconds=1.0, keyed_sampling=False):
         self.name, self.draft_name, self.log = name, "", log
+        self.keyed_sampling = keyed_sampling
         self.ids_for = ids_for or (lambda prompt: list(ids))
         self.seconds = seconds
 
@@ -67,14 +68,16 @@ def test_every_method_is_warmed_up_then_each_job_runs_baseline_first_in_rotation
     assert [done.runs[0].example for done in results] == [0, 1, 2]
 
 
-def test_greedy_outputs_are_compared_with_the_baseline_and_sampled_ones_are_not():
+def test_greedy_outputs_are_compared_with_the_baseline_and_sampled_ones_only_between_keyed_samplers():
     log = []
-    methods = [ScriptedMethod("target", log, ids=[1, 2, 3]), ScriptedMethod("same", log, ids=[1, 2, 3]),
-               ScriptedMethod("other", log, ids=[1, 2, 4])]
+    methods = [ScriptedMethod("target", log, ids=[1, 2, 3], keyed_sampling=True),
+               ScriptedMethod("same", log, ids=[1, 2, 3], keyed_sampling=True),
+               ScriptedMethod("other", log, ids=[1, 2, 4], keyed_sampling=True),
+               ScriptedMethod("own-sampler", log, ids=[1, 2, 4])]
     greedy = run_interleaved(methods, jobs_of("p"), progress=False)[0].runs
-    assert [r.identical_to_target for r in greedy] == [None, True, False]
+    assert [r.identical_to_target for r in greedy] == [None, True, False, False]
     sampled = run_interleaved(methods, jobs_of("p", decoding=Decoding(4, temperature=0.7)), progress=False)[0].runs
-    assert [r.identical_to_target for r in sampled] == [None, None, None]
+    assert [r.identical_to_target for r in sampled] == [None, True, False, None]
 
 
 def test_a_mismatch_stops_the_run_when_asked():

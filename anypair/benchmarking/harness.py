@@ -69,7 +69,7 @@ def run_interleaved(methods: Sequence[Method], jobs: Sequence[Job], *, progress:
                     stop_on_mismatch: bool = False) -> list[JobRuns]:
     """Every job through every method, interleaved; `methods[0]` is the baseline. `after_job` sees
     each finished job (to print it or save what was measured so far); `stop_on_mismatch` raises
-    `OutputMismatch` as soon as a greedy output differs from the baseline's."""
+    `OutputMismatch` as soon as an output that must be the baseline's differs from it."""
     from rich.progress import track
 
     names = [m.name for m in methods]
@@ -89,7 +89,11 @@ def run_interleaved(methods: Sequence[Method], jobs: Sequence[Job], *, progress:
             is_baseline = method is methods[0]
             if is_baseline:
                 baseline_ids = output.target_ids
-            identical = output.target_ids == baseline_ids if greedy and not is_baseline else None
+            # greedy: every method must write the target's text; sampling: anypair's keyed sampler
+            # gives the target's own text for a seed with or without drafting (other engines sample
+            # with generators of their own, so their texts are not comparable)
+            comparable = greedy or (method.keyed_sampling and methods[0].keyed_sampling)
+            identical = output.target_ids == baseline_ids if comparable and not is_baseline else None
             if stop_on_mismatch and identical is False:
                 raise OutputMismatch(f"{method.name} changed the output of example {job.example}: "
                                      "that is a bug, not a figure")

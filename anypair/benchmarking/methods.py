@@ -91,6 +91,9 @@ class MethodOutput:
 class Method(Protocol):
     name: str
     draft_name: str  # "" for methods without a draft model
+    # anypair's position-keyed sampler: for a seed it writes the target's own text, drafting or not,
+    # so its sampled outputs are compared with the baseline's like greedy ones
+    keyed_sampling: bool
 
     def generate(self, prompt: BenchPrompt, decoding: Decoding) -> MethodOutput: ...
 
@@ -117,6 +120,7 @@ class AnyPairMethod:
         self.draft_name = draft_name
         self.generator = generator
         self.assisted = assisted
+        self.keyed_sampling = True
 
     def generate(self, prompt: BenchPrompt, decoding: Decoding) -> MethodOutput:
         request: dict[str, Any] = dict(max_new_tokens=decoding.max_new_tokens, assisted=self.assisted,
@@ -251,6 +255,7 @@ class TransformersMethod:
         self.target = target
         self.assistant = assistant
         self.draft_name = assistant.name if assistant is not None else ""
+        self.keyed_sampling = False  # torch's generator, drawn from in an order assisted generation changes
         # transformers' own test of "same tokenizer": plain assisted generation then, UAG otherwise
         self.same_vocabulary = assistant is not None and (
             model_vocab_rows(assistant.model) == model_vocab_rows(target.model)
@@ -334,6 +339,7 @@ class LlamaCppAloneMethod:
 
         self.name = name
         self.draft_name = ""
+        self.keyed_sampling = False  # greedy only
         self.target = target
         self.llama = Llama(str(gguf_path), n_ctx=DEFAULT_CONTEXT, n_batch=PREFILL_CHUNK, n_threads=threads,
                            n_threads_batch=threads, logits_all=False, verbose=False)
