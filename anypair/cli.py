@@ -212,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--temperature", type=float, default=1.0)
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--seed", type=int, default=None)
+    g.add_argument("--seed", type=int, default=None,
+                   help="with --do-sample: the same seed gives the same text, the target's own (as with --no-assisted)")
     g.set_defaults(func=run_generate)
 
     s = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions)")
