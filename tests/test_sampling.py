@@ -399,6 +399,44 @@ def test_keyed_sampler_never_picks_zero_probability_and_matches_law():
         keyed_sample(torch.zeros(QWEN_ROWS), noise.exponential(0, QWEN_ROWS))
 
 
+def long_tail_head_counts(noise: PositionNoise, n_draws: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Counts of [token 8, token 7, every other token] over n_draws keyed samples from a law whose
+    two head tokens hold 99.2% and whose other 151,934 tokens share the rest in tiny pieces, with
+    the exact probabilities of those three bins."""
+    logits = 2.5 * torch.randn(QWEN_ROWS, generator=torch.Generator().manual_seed(0))
+    logits[7] += 20.0
+    logits[8] += 19.0
+    probs = torch.softmax(logits, dim=0)
+    draws = torch.tensor([keyed_sample(probs, noise.exponential(position, QWEN_ROWS)) for position in range(n_draws)])
+    counts = torch.tensor([int((draws == 8).sum()), int((draws == 7).sum()), int(((draws != 7) & (draws != 8)).sum())])
+    bins = torch.stack([probs[8], probs[7], 1.0 - probs[8] - probs[7]])
+    return counts, bins
+
+
+def test_the_race_keeps_the_law_of_a_long_tail():
+    """A real LM's law: a peaked head over ~150k tail tokens of probability 1e-10..1e-6. A tail
+    token wins when its noise is about as small as its probability, so noise that is coarse near 0
+    (numpy's float32 ziggurat: its small draws come from 23-bit integers) lets the tail win twice
+    as often as it should; the test must see that."""
+    noise = PositionNoise()
+    noise.rekey(1)
+    counts, bins = long_tail_head_counts(noise, 3000)
+    assert chi_square_p_value(counts, bins) > ALPHA
+
+    class Float32Ziggurat(PositionNoise):
+        def exponential(self, position: int, rows: int) -> torch.Tensor:
+            import numpy as np
+
+            generator = np.random.Generator(np.random.SFC64(np.random.SeedSequence((self.key, position))))
+            draws = generator.standard_exponential(rows, dtype=np.float32).astype(np.float64)
+            return torch.from_numpy(np.maximum(draws, np.finfo(np.float64).tiny))
+
+    coarse = Float32Ziggurat()
+    coarse.rekey(1)
+    coarse_counts, _ = long_tail_head_counts(coarse, 3000)
+    assert chi_square_p_value(coarse_counts, bins) < ALPHA
+
+
 def test_position_noise_depends_on_key_and_position_only():
     first, second = PositionNoise(), PositionNoise()
     first.rekey(9)
