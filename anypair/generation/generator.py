@@ -240,10 +240,10 @@ class AnyPairGenerator:
             from anypair.verifiers.greedy import GreedyVerifier
 
             return GreedyVerifier()
-        from anypair.sampling import SamplingVerifier, make_generator
+        from anypair.sampling import SamplingVerifier
 
         assert noise is not None  # _session makes one for every sampling request
-        return SamplingVerifier(sampling, make_generator(sampling.seed), noise)
+        return SamplingVerifier(sampling, noise=noise)  # its generator is seeded from sampling.seed
 
     def _verify_slope(self) -> float:
         """What each extra token scored in one pass adds to a target step, as a share of the step.

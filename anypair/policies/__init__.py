@@ -39,11 +39,10 @@ from anypair.policies.ledger import DraftingLedger, LedgerDecision, RequestOutco
 from anypair.policies.probes import ProbeSchedule
 from anypair.types import RoundFeedback
 
-def make_policy(spec: Union[str, DraftLengthPolicy], num_draft_tokens: Optional[int] = None,
-                fixed_costs: Optional[StepCosts] = None) -> DraftLengthPolicy:
+def make_policy(spec: Union[str, DraftLengthPolicy], num_draft_tokens: Optional[int] = None) -> DraftLengthPolicy:
     """A policy by name. `num_draft_tokens` is the constant's length, the heuristic's start, or the
-    adaptive policy's cap (where it also starts); `fixed_costs` prices the adaptive policy's rounds
-    without timings. A policy instance is returned as it is."""
+    adaptive policy's cap (where it also starts). A policy instance is returned as it is (e.g.
+    `AdaptiveLength(fixed_costs=...)`, rounds priced without timings)."""
     if isinstance(spec, DraftLengthPolicy):
         return spec
     if spec == "constant":
@@ -52,8 +51,8 @@ def make_policy(spec: Union[str, DraftLengthPolicy], num_draft_tokens: Optional[
         return HeuristicLength(start=5 if num_draft_tokens is None else num_draft_tokens)
     if spec == "adaptive":
         if num_draft_tokens is None:
-            return AdaptiveLength(fixed_costs=fixed_costs)
-        return AdaptiveLength(start=num_draft_tokens, maximum=num_draft_tokens, fixed_costs=fixed_costs)
+            return AdaptiveLength()
+        return AdaptiveLength(start=num_draft_tokens, maximum=num_draft_tokens)
     raise ValueError(f"unknown draft-length policy {spec!r}: use 'constant', 'heuristic', 'adaptive' "
                      "or a DraftLengthPolicy")
 
