@@ -181,7 +181,8 @@ def run_bench_cmd(args) -> int:
         raise InputError(f"--verify-contexts: each context must be at least 16 tokens, got {contexts}")
     report = run_bench(args.model, draft, prompts, max_new_tokens=args.max_new_tokens, drafters=drafters,
                        compare_hf=args.compare_hf, compare_llama_cpp=not args.no_llama_cpp, chat=args.chat,
-                       repeats=args.repeats, verify_contexts=contexts, **_generator_options(args))
+                       repeats=args.repeats, verify_contexts=contexts, roofline=args.roofline,
+                       **_generator_options(args))
     print(format_report(report))
     if args.json:
         save_json(report, args.json)
@@ -241,6 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--verify-contexts", default="",
                    help="comma-separated context lengths (e.g. 300,1000,2000,4000) at which to time the target's "
                         "k-token step beside llama.cpp's own k-token decode on the same GGUF")
+    b.add_argument("--roofline", action="store_true",
+                   help="also measure the machine's read bandwidth and int8 peak and print, per k and context "
+                        "(--verify-contexts, default 300), the target's achieved share of each and where its step's ms go")
     b.add_argument("--json", help="save every figure to this JSON file (--sweep: and its table beside it, as .md)")
     sweep = b.add_argument_group("the seed-style sweep (--sweep): prompt length x new tokens x decoding, EOS ignored")
     sweep.add_argument("--sweep", action="store_true",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -150,6 +151,22 @@ class QuantizedGGUFBackend(ModelBackend):
                                 rope_halves=shape.rope_pairs == "halves")
         self._length = 0
         self._gguf = gguf  # keeps the memory map alive
+        self._outside_layers: Optional[dict[str, float]] = None  # seconds of the parts timed in Python, while profiling
+
+    # -- where a forward's time goes (`anypair bench --roofline`) ---------------------------------
+
+    def start_profile(self) -> None:
+        """From now on every forward adds its seconds per part (the C layer parts, the embedding
+        gather, the final norm and head) until `stop_profile()`."""
+        self.stack.start_profile()
+        self._outside_layers = {"embedding": 0.0, "head": 0.0}
+
+    def stop_profile(self) -> dict[str, float]:
+        """Seconds per part since `start_profile()`; profiling off."""
+        parts = self.stack.stop_profile()
+        parts.update(self._outside_layers or {})
+        self._outside_layers = None
+        return parts
 
     def _rope_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin of every position's rotary angles [max_context, head_dim / 2], in float64 then
@@ -199,12 +216,20 @@ class QuantizedGGUFBackend(ModelBackend):
         from anypair.kernels import dequant_rows, rmsnorm
 
         start = self._length
-        x = self.stack(dequant_rows(self.embedding, ids), start, self.threads)
+        profile = self._outside_layers
+        t0 = time.perf_counter() if profile is not None else 0.0
+        rows = dequant_rows(self.embedding, ids)
+        if profile is not None:
+            profile["embedding"] += time.perf_counter() - t0
+        x = self.stack(rows, start, self.threads)
         self._length = start + len(ids)
         if all_logits is None:  # a prefill chunk before the last: only the cache matters
             return None
+        t0 = time.perf_counter() if profile is not None else 0.0
         last = x if all_logits else x[-1:]
         logits = self.head(rmsnorm(last.contiguous(), self.output_norm, self.shape.rms_eps), self.threads)[0]
+        if profile is not None:
+            profile["head"] += time.perf_counter() - t0
         return logits if all_logits else logits[0]
 
     def describe(self) -> str:

@@ -56,7 +56,7 @@ def verification_table(target_spec: str, target: LoadedModel, text_ids: Sequence
 def run_bench(target: str, draft: Optional[str], prompts: Sequence[str], *, max_new_tokens: int = 128,
               drafters: Sequence[str] = ("model",), compare_hf: bool = False, compare_llama_cpp: bool = True,
               chat: bool = False, repeats: int = 1, progress: bool = True,
-              verify_contexts: Sequence[int] = (), **options) -> BenchReport:
+              verify_contexts: Sequence[int] = (), roofline: bool = False, **options) -> BenchReport:
     """Per prompt: the target alone first, then anypair with each drafter, transformers' UAG and
     llama.cpp alone in a rotating order. `options` go to AnyPairGenerator (weights, engines, ...)."""
     from anypair.generation.generator import AnyPairGenerator
@@ -76,6 +76,14 @@ def run_bench(target: str, draft: Optional[str], prompts: Sequence[str], *, max_
     if verify_contexts:
         text_ids = [i for p in bench_prompts for i in p.target_ids(gen.target.hf_tokenizer)]
         report.settings["verify_ms_by_context"] = verification_table(target, gen.target, text_ids, verify_contexts, threads)
+    if roofline:
+        from anypair.benchmarking.roofline import Ceilings, profile_steps, roofline_json
+
+        text_ids = [i for p in bench_prompts for i in p.target_ids(gen.target.hf_tokenizer)]
+        ceilings = Ceilings.measure(threads)
+        steps = profile_steps(gen.target.backend, text_ids, verify_contexts or (300,), ks=(1, 2, 4, 8, 16))
+        report.settings["roofline"] = roofline_json(ceilings, steps)
+        report.roofline = (ceilings, steps)
     if gen.draft is not None:
         report.settings["draft_step_ms"] = round(draft_step_ms(gen.draft.backend, gen.draft.render(prompts[0], None)), 2)
 

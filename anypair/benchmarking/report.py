@@ -56,6 +56,7 @@ class RunFigures:
 class BenchReport:
     settings: dict
     runs: list[RunFigures] = field(default_factory=list)
+    roofline: Optional[tuple] = None  # (Ceilings, [StepProfile]) when measured (benchmarking/roofline.py)
 
     def draft_share(self, method: str) -> Optional[float]:
         """Median over runs of drafting / (drafting + verifying) time; None without draft time."""
@@ -144,6 +145,10 @@ def format_report(report: BenchReport) -> str:
     by_context = report.settings.get("verify_ms_by_context")
     if by_context:
         console.print(verification_context_table(by_context))
+    if report.roofline is not None:
+        from anypair.benchmarking.roofline import format_roofline
+
+        console.print(format_roofline(*report.roofline))
     shares = {m: report.draft_share(m) for m in methods if m != BASELINE}
     shares = {m: v for m, v in shares.items() if v is not None}
     if shares:

@@ -179,6 +179,9 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, sta
 
 # -- the whole layer stack in one call (csrc/forward.c) --------------------------------------------
 
+#: the parts of a forward that `LayerStack.profile` times, in csrc/forward.c's order
+PROFILE_PARTS = ("norms", "qkv", "rope+cache", "attention", "attn_out", "gate_up", "silu", "down", "residual")
+
 class _ApModel(ctypes.Structure):
     _fields_ = [("hidden", ctypes.c_int), ("heads", ctypes.c_int), ("kv_heads", ctypes.c_int),
                 ("head_dim", ctypes.c_int), ("ffn", ctypes.c_int), ("max_len", ctypes.c_int),
@@ -214,7 +217,20 @@ class DecoderLayer:
 
 
 class LayerStack:
-    """Every decoder layer of a model run by one C call per forward (csrc/forward.c)."""
+    """Every decoder layer of a model run by one C call per forward (csrc/forward.c).
+
+    `start_profile()` makes every later call add its seconds per part (PROFILE_PARTS) to `profile`."""
+
+    def start_profile(self) -> None:
+        if self._lib.ap_profile_parts() != len(PROFILE_PARTS):
+            raise RuntimeError("the kernels' profile parts differ from PROFILE_PARTS: rebuild")
+        self.profile = np.zeros(len(PROFILE_PARTS), dtype=np.float64)
+
+    def stop_profile(self) -> dict[str, float]:
+        """Seconds per part since start_profile(), and profiling off."""
+        parts = dict(zip(PROFILE_PARTS, (float(s) for s in self.profile))) if self.profile is not None else {}
+        self.profile = None
+        return parts
 
     def __init__(self, layers: Sequence[DecoderLayer], *, hidden: int, heads: int, kv_heads: int, head_dim: int,
                  rms_eps: float, rope_cos: torch.Tensor, rope_sin: torch.Tensor, rope_halves: bool) -> None:
@@ -235,16 +251,60 @@ class LayerStack:
         self._layers = (_ApLayer * len(structs))(*structs)
         self._lib = load_library()
         self._lib.ap_layers_forward.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
-                                                ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+                                                ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
         self._lib.ap_layers_forward.restype = ctypes.c_int
+        #: seconds per part of the forward (PROFILE_PARTS order), summed over calls while profiling is on
+        self.profile: Optional[np.ndarray] = None
 
     def __call__(self, x: torch.Tensor, start: int, threads: int = 0, use_reference: bool = False,
                  path: KernelPath = "best") -> torch.Tensor:
         """x [M, hidden] float32, the rows at positions start..start+M-1, updated in place and returned."""
         x = x.contiguous()
+        profile = self.profile.ctypes.data if self.profile is not None else None
         status = self._lib.ap_layers_forward(ctypes.addressof(self._model), ctypes.addressof(self._layers),
                                              len(self.layers), x.data_ptr(), start, x.shape[0], threads,
-                                             _path_code(path, use_reference))
+                                             _path_code(path, use_reference), profile)
         if status != 0:
             raise RuntimeError(f"ap_layers_forward failed ({status}): past the cache, or out of memory")
         return x
+
+
+# -- the machine's ceilings (csrc/roofline.c) ------------------------------------------------------
+
+def read_bandwidth(threads: int, megabytes: int = 512, repeats: int = 5) -> float:
+    """Bytes per second the kernels' threads read from memory (the median of `repeats` passes over
+    a buffer far larger than the caches): the floor of a step that streams its weights."""
+    import statistics
+    import time
+
+    lib = load_library()
+    lib.ap_stream_read.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    lib.ap_stream_read.restype = ctypes.c_uint64
+    size = megabytes << 20
+    raw = np.ones(size + 64, dtype=np.uint8)  # written once: every page is real memory
+    offset = (-raw.ctypes.data) % 64
+    buffer = raw[offset:offset + size]
+    lib.ap_stream_read(buffer.ctypes.data, size, threads)
+    seconds = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        lib.ap_stream_read(buffer.ctypes.data, size, threads)
+        seconds.append(time.perf_counter() - t0)
+    return size / statistics.median(seconds)
+
+
+def int8_peak(threads: int, path: KernelPath = "best", iterations: int = 2_000_000) -> float:
+    """int8 multiply-adds per second that the linear kernels' instruction (vpdpbusd with AVX-512 VNNI,
+    else maddubs + madd) issues on `threads` threads with no memory traffic; 0.0 on the portable build."""
+    import time
+
+    lib = load_library()
+    lib.ap_int8_peak.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    lib.ap_int8_peak.restype = ctypes.c_long
+    sink = np.zeros(max(threads, 1) * 4 + 64, dtype=np.int32)
+    use_avx2 = int(path == "avx2")
+    lib.ap_int8_peak(iterations // 10, threads, use_avx2, sink.ctypes.data)
+    t0 = time.perf_counter()
+    per_iteration = lib.ap_int8_peak(iterations, threads, use_avx2, sink.ctypes.data)
+    seconds = time.perf_counter() - t0
+    return per_iteration * iterations * threads / seconds if per_iteration else 0.0

@@ -145,6 +145,9 @@ typedef struct {
 // up to this many activation rows share one pass over a weight row (registers hold their sums):
 // every path's dot function takes R = 1..AP_ROW_TILE rows (the AVX2 path in register tiles of 4)
 #define AP_ROW_TILE 8
+// activation rows one call of a group function takes (each path tiles them in registers as it can):
+// a group's weights are read from memory once per this many rows
+#define AP_GROUP_ROW_TILE 16
 
 static inline float ap_h2f(uint16_t h) {
     // IEEE half to float, exact (no hardware needed)

@@ -71,90 +71,128 @@ AP_INLINE __m256i both_halves_odd(__m256i pair) {  // (lo, hi) -> (hi, hi)
     return _mm256_or_si256(_mm256_srli_epi32(pair, 16), _mm256_and_si256(pair, _mm256_set1_epi32((int)0xffff0000u)));
 }
 
-AP_INLINE void group_q4_K_half(const block_q4_K_g16 *g, const ap_act *a, int r0, int R, int half, float *out) {
-    const int nb = a->K / 256, lane0 = 8 * half;
-    __m256 acc[AVX2_TILE];
-    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+// The K-quants walk super-block by super-block; inside one, both 8-row halves of the group and every
+// tile of up to 4 activation rows are done before the next, so the super-block's bytes are read from
+// memory once and from L1 after that, and each row's float sums live in `out` (one load and store per
+// super-block). Each row's integer sums are exact, and its float step is the definition's, so the
+// tiling changes no bit.
+
+// one super-block of Q4_K, half `half`, activation rows row0..row0+RR-1 (RR <= 4)
+AP_INLINE void q4_K_superblock_rows(const block_q4_K_g16 *gb, int half, const __m256i scale[8], const ap_act *a, int row0,
+                                    int RR, int b, float *out) {
+    const int lane0 = 8 * half;
     const __m256i low4 = _mm256_set1_epi8(15);
-    for (int b = 0; b < nb; b++) {
-        const block_q4_K_g16 *gb = &g[b];
-        __m256i isum[AVX2_TILE];
-        for (int r = 0; r < R; r++) isum[r] = _mm256_setzero_si256();
-        for (int p = 0; p < 4; p++) {
-            const __m256i pair = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)gb->sc[p][lane0]));
-            for (int h = 0; h < 2; h++) {
-                const int j = 2 * p + h;
-                const __m256i scale = h ? both_halves_odd(pair) : both_halves_even(pair);
-                __m256i part[AVX2_TILE];
-                for (int r = 0; r < R; r++) part[r] = _mm256_setzero_si256();
-                for (int t = 4 * j; t < 4 * j + 4; t++) {
-                    const __m256i packed = _mm256_loadu_si256((const __m256i *)(gb->qs[t] + 4 * lane0));
-                    const __m256i q0 = _mm256_and_si256(packed, low4), q1 = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
-                    for (int r = 0; r < R; r++) {
-                        const int8_t *x = a->q + (size_t)(r0 + r) * a->K + 256 * b + 8 * t;
-                        part[r] = _mm256_add_epi16(part[r], step_products(q0, q1, x));
-                    }
-                }
-                for (int r = 0; r < R; r++) isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(part[r], scale));
-            }
+    __m256i isum[AVX2_TILE];
+    for (int r = 0; r < RR; r++) isum[r] = _mm256_setzero_si256();
+    for (int j = 0; j < 8; j++) {
+        __m256i part[AVX2_TILE];
+        for (int r = 0; r < RR; r++) part[r] = _mm256_setzero_si256();
+        for (int t = 4 * j; t < 4 * j + 4; t++) {
+            const __m256i packed = _mm256_loadu_si256((const __m256i *)(gb->qs[t] + 4 * lane0));
+            const __m256i q0 = _mm256_and_si256(packed, low4), q1 = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
+            for (int r = 0; r < RR; r++)
+                part[r] = _mm256_add_epi16(part[r], step_products(q0, q1, a->q + (size_t)(row0 + r) * a->K + 256 * b + 8 * t));
         }
-        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->d + lane0)));
-        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->dmin + lane0)));
-        for (int r = 0; r < R; r++) {
-            const size_t row = (size_t)(r0 + r);
-            const int16_t *s32 = a->s32 + row * (a->K / 32) + 8 * b;
-            __m256i msum = _mm256_setzero_si256();
-            for (int p = 0; p < 4; p++)
-                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)gb->mn[p][lane0])),
-                                                                broadcast4((const int8_t *)(s32 + 2 * p))));
-            const __m256 dx = _mm256_set1_ps(a->d[row * nb + b]);
-            acc[r] = _mm256_add_ps(acc[r], _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[r])),
-                                                         _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(msum))));
-        }
+        for (int r = 0; r < RR; r++) isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(part[r], scale[j]));
     }
-    for (int r = 0; r < R; r++) _mm256_storeu_ps(out + r * AP_GROUP + lane0, acc[r]);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->d + lane0)));
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->dmin + lane0)));
+    for (int r = 0; r < RR; r++) {
+        const size_t row = (size_t)(row0 + r);
+        const int16_t *s32 = a->s32 + row * (a->K / 32) + 8 * b;
+        __m256i msum = _mm256_setzero_si256();
+        for (int p = 0; p < 4; p++)
+            msum = _mm256_add_epi32(msum, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)gb->mn[p][lane0])),
+                                                            broadcast4((const int8_t *)(s32 + 2 * p))));
+        const __m256 dx = _mm256_set1_ps(a->d[row * (a->K / 256) + b]);
+        float *acc = out + (row0 + r) * AP_GROUP + lane0;
+        _mm256_storeu_ps(acc, _mm256_add_ps(_mm256_loadu_ps(acc), _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[r])),
+                                                                               _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(msum)))));
+    }
 }
 
-AP_INLINE void group_q6_K_half(const block_q6_K_g16 *g, const ap_act *a, int r0, int R, int half, float *out) {
-    const int nb = a->K / 256, lane0 = 8 * half;
-    __m256 acc[AVX2_TILE];
-    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(15), three = _mm256_set1_epi8(3);
-    for (int b = 0; b < nb; b++) {
-        const block_q6_K_g16 *gb = &g[b];
-        __m256i isum[AVX2_TILE];
-        for (int r = 0; r < R; r++) isum[r] = _mm256_setzero_si256();
-        for (int p = 0; p < 8; p++) {
-            const __m256i pair = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)gb->sc[p][lane0]));
-            for (int r = 0; r < R; r++) {  // the offset of 32: -32 * (sc[2p] * s16[2p] + sc[2p+1] * s16[2p+1])
-                const int16_t *s16 = a->s16 + (size_t)(r0 + r) * (a->K / 16) + 16 * b + 2 * p;
-                isum[r] = _mm256_sub_epi32(isum[r], _mm256_slli_epi32(_mm256_madd_epi16(pair, broadcast4((const int8_t *)s16)), 5));
+// out[r][l] for activation rows r0..r0+R-1 (any R), relative to r0
+static void group_q4_K_avx2(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
+    const block_q4_K_g16 *g = (const block_q4_K_g16 *)group;
+    memset(out, 0, sizeof(float) * (size_t)R * AP_GROUP);
+    float *o = out - (size_t)r0 * AP_GROUP;  // indexed by absolute row below
+    for (int b = 0; b < a->K / 256; b++) {
+        const block_q4_K_g16 *gb = &g[b];
+        for (int half = 0; half < 2; half++) {
+            __m256i scale[8];
+            for (int p = 0; p < 4; p++) {
+                const __m256i pair = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)gb->sc[p][8 * half]));
+                scale[2 * p] = both_halves_even(pair);
+                scale[2 * p + 1] = both_halves_odd(pair);
             }
-            for (int h = 0; h < 2; h++) {
-                const int u = 2 * p + h;
-                const __m256i scale = h ? both_halves_odd(pair) : both_halves_even(pair);
-                const __m256i qh = _mm256_loadu_si256((const __m256i *)(gb->qh[u] + 4 * lane0));
-                for (int k = 0; k < 2; k++) {
-                    const int t = 2 * u + k;
-                    const __m256i ql = _mm256_loadu_si256((const __m256i *)(gb->ql[t] + 4 * lane0));
-                    const __m256i q0 = _mm256_or_si256(_mm256_and_si256(ql, low4),
-                                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4 * k), three), 4));
-                    const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), low4),
-                                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4 * k + 2), three), 4));
-                    for (int r = 0; r < R; r++) {
-                        const int8_t *x = a->q + (size_t)(r0 + r) * a->K + 256 * b + 8 * t;
-                        isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(step_products(q0, q1, x), scale));
-                    }
+            for (int rt = r0; rt < r0 + R; rt += AVX2_TILE) {
+                switch (r0 + R - rt) {  // a constant tile size per call, so the row loops unroll
+                    case 1: q4_K_superblock_rows(gb, half, scale, a, rt, 1, b, o); break;
+                    case 2: q4_K_superblock_rows(gb, half, scale, a, rt, 2, b, o); break;
+                    case 3: q4_K_superblock_rows(gb, half, scale, a, rt, 3, b, o); break;
+                    default: q4_K_superblock_rows(gb, half, scale, a, rt, 4, b, o); break;
                 }
             }
         }
-        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->d + lane0)));
-        for (int r = 0; r < R; r++) {
-            const __m256 dx = _mm256_set1_ps(a->d[(size_t)(r0 + r) * nb + b]);
-            acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[r])));
+    }
+}
+
+// one super-block of Q6_K, half `half`, activation rows row0..row0+RR-1 (RR <= 4)
+AP_INLINE void q6_K_superblock_rows(const block_q6_K_g16 *gb, int half, const __m256i pairs[8], const ap_act *a, int row0,
+                                    int RR, int b, float *out) {
+    const int lane0 = 8 * half;
+    const __m256i low4 = _mm256_set1_epi8(15), three = _mm256_set1_epi8(3);
+    __m256i isum[AVX2_TILE];
+    for (int r = 0; r < RR; r++) isum[r] = _mm256_setzero_si256();
+    for (int p = 0; p < 8; p++) {
+        const __m256i pair = pairs[p];
+        for (int r = 0; r < RR; r++) {  // the offset of 32: -32 * (sc[2p] * s16[2p] + sc[2p+1] * s16[2p+1])
+            const int16_t *s16 = a->s16 + (size_t)(row0 + r) * (a->K / 16) + 16 * b + 2 * p;
+            isum[r] = _mm256_sub_epi32(isum[r], _mm256_slli_epi32(_mm256_madd_epi16(pair, broadcast4((const int8_t *)s16)), 5));
+        }
+        for (int h = 0; h < 2; h++) {
+            const int u = 2 * p + h;
+            const __m256i scale = h ? both_halves_odd(pair) : both_halves_even(pair);
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(gb->qh[u] + 4 * lane0));
+            for (int k = 0; k < 2; k++) {
+                const int t = 2 * u + k;
+                const __m256i ql = _mm256_loadu_si256((const __m256i *)(gb->ql[t] + 4 * lane0));
+                const __m256i q0 = _mm256_or_si256(_mm256_and_si256(ql, low4),
+                                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4 * k), three), 4));
+                const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), low4),
+                                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4 * k + 2), three), 4));
+                for (int r = 0; r < RR; r++)  // one step's int16 pair sums (at most 2 x 2 x 63 x 127), widened at once
+                    isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(step_products(q0, q1, a->q + (size_t)(row0 + r) * a->K + 256 * b + 8 * t), scale));
+            }
         }
     }
-    for (int r = 0; r < R; r++) _mm256_storeu_ps(out + r * AP_GROUP + lane0, acc[r]);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->d + lane0)));
+    for (int r = 0; r < RR; r++) {
+        const __m256 dx = _mm256_set1_ps(a->d[(size_t)(row0 + r) * (a->K / 256) + b]);
+        float *acc = out + (row0 + r) * AP_GROUP + lane0;
+        _mm256_storeu_ps(acc, _mm256_add_ps(_mm256_loadu_ps(acc), _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[r]))));
+    }
+}
+
+static void group_q6_K_avx2(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
+    const block_q6_K_g16 *g = (const block_q6_K_g16 *)group;
+    memset(out, 0, sizeof(float) * (size_t)R * AP_GROUP);
+    float *o = out - (size_t)r0 * AP_GROUP;
+    for (int b = 0; b < a->K / 256; b++) {
+        const block_q6_K_g16 *gb = &g[b];
+        for (int half = 0; half < 2; half++) {
+            __m256i pairs[8];
+            for (int p = 0; p < 8; p++) pairs[p] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)gb->sc[p][8 * half]));
+            for (int rt = r0; rt < r0 + R; rt += AVX2_TILE) {
+                switch (r0 + R - rt) {
+                    case 1: q6_K_superblock_rows(gb, half, pairs, a, rt, 1, b, o); break;
+                    case 2: q6_K_superblock_rows(gb, half, pairs, a, rt, 2, b, o); break;
+                    case 3: q6_K_superblock_rows(gb, half, pairs, a, rt, 3, b, o); break;
+                    default: q6_K_superblock_rows(gb, half, pairs, a, rt, 4, b, o); break;
+                }
+            }
+        }
+    }
 }
 
 // Q4_1: per 32-element block, 4 steps of int16 pair sums (exact: 4 x 2 x 2 x 15 x 128 < 2^15), one
@@ -230,12 +268,6 @@ AP_INLINE void group_q5_0_tile(const uint8_t *group, const ap_act *a, int r0, in
 AP_INLINE void group_q4_1_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
     for (int half = 0; half < 2; half++) group_q4_1_half((const block_q4_1_g16 *)group, a, r0, R, half, out);
 }
-AP_INLINE void group_q4_K_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
-    for (int half = 0; half < 2; half++) group_q4_K_half((const block_q4_K_g16 *)group, a, r0, R, half, out);
-}
-AP_INLINE void group_q6_K_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
-    for (int half = 0; half < 2; half++) group_q6_K_half((const block_q6_K_g16 *)group, a, r0, R, half, out);
-}
 
 // ---- float weights: F32, F16 (the exact fallback for every other type, dequantized to F32) ------
 
@@ -284,8 +316,6 @@ ap_dot_fn ap_dot_avx2(int type) {
 
 TILED(group_q4_1_avx2, AP_GROUP, group_q4_1_tile(weights, a, r0, RR, out))
 TILED(group_q5_0_avx2, AP_GROUP, group_q5_0_tile(weights, a, r0, RR, out))
-TILED(group_q4_K_avx2, AP_GROUP, group_q4_K_tile(weights, a, r0, RR, out))
-TILED(group_q6_K_avx2, AP_GROUP, group_q6_K_tile(weights, a, r0, RR, out))
 
 ap_group_fn ap_group_avx2(int type) {
     switch (type) {

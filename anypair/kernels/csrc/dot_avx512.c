@@ -169,9 +169,10 @@ AP_INLINE void group_q6_K_tile(const uint8_t *group, const ap_act *a, int r0, in
     for (int r = 0; r < R; r++) _mm512_storeu_ps(out + r * AP_GROUP, acc[r]);
 }
 
-// the switch on R lets the compiler unroll each tile size (registers, not memory, hold the sums)
+// the switch on R lets the compiler unroll each tile size (registers, not memory, hold the sums);
+// more than 8 rows are done 8 at a time (each row's arithmetic is the same in any tile)
 #define TILED(name, call)                                                                    \
-    static void name(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {    \
+    static void name##_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) { \
         switch (R) {                                                                         \
             case 1: { const int RR = 1; call; break; }                                       \
             case 2: { const int RR = 2; call; break; }                                       \
@@ -182,6 +183,10 @@ AP_INLINE void group_q6_K_tile(const uint8_t *group, const ap_act *a, int r0, in
             case 7: { const int RR = 7; call; break; }                                       \
             default: { const int RR = 8; call; break; }                                      \
         }                                                                                    \
+    }                                                                                        \
+    static void name(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {    \
+        for (int done = 0; done < R; done += AP_ROW_TILE)                                    \
+            name##_tile(group, a, r0 + done, R - done < AP_ROW_TILE ? R - done : AP_ROW_TILE, out + done * AP_GROUP); \
     }
 TILED(group_q4_1_avx512, group_q4_1_tile(group, a, r0, RR, out))
 TILED(group_q5_0_avx512, group_q5_0_tile(group, a, r0, RR, out))

@@ -6,8 +6,28 @@
 // folder or an elementwise operation, so the whole stack keeps their guarantee: a row's result is
 // bitwise the same whatever M is.
 #include <stdlib.h>
+#include <time.h>
 
 #include "ap_common.h"
+
+// Where a forward's time goes (`anypair bench`'s roofline): seconds added per part when the caller
+// passes an array of AP_PROFILE_PARTS doubles, nothing measured when it passes NULL.
+enum { AP_PROF_NORMS, AP_PROF_QKV, AP_PROF_ROPE_CACHE, AP_PROF_ATTENTION, AP_PROF_ATTN_OUT, AP_PROF_GATE_UP,
+       AP_PROF_SILU, AP_PROF_DOWN, AP_PROF_RESIDUAL, AP_PROFILE_PARTS };
+int ap_profile_parts(void) { return AP_PROFILE_PARTS; }
+
+static double now_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+// charges the time since *mark to part `part`, and moves the mark
+static void charge(double *profile, int part, double *mark) {
+    if (!profile) return;
+    const double t = now_seconds();
+    profile[part] += t - *mark;
+    *mark = t;
+}
 
 int ap_linear(const ap_weight *ws, int nw, const float *x, int M, int K, float *const *ys, int nthreads, int path);
 void ap_rmsnorm(const float *x, const float *w, int M, int n, float eps, float *y, int use_ref);
@@ -45,7 +65,7 @@ static void rotate(float *x, int heads, const ap_model *m, int pos) {
 // path: AP_PATH_BEST, AP_PATH_REFERENCE or AP_PATH_AVX2 (the linears'; the other ops have one SIMD
 // path, used unless the reference is asked for). Returns 0, -1 for bad arguments, -2 when out of memory.
 int ap_layers_forward(const ap_model *m, const ap_layer *layers, int n_layers, float *x, int start, int M, int nthreads,
-                      int path) {
+                      int path, double *profile) {
     const int use_ref = path == AP_PATH_REFERENCE;
     if (M <= 0 || start < 0 || start + M > m->max_len) return -1;
     const int E = m->hidden, Hq = m->heads, Hkv = m->kv_heads, D = m->head_dim, F = m->ffn;
@@ -54,11 +74,14 @@ int ap_layers_forward(const ap_model *m, const ap_layer *layers, int n_layers, f
     float *att = malloc(sizeof(float) * (size_t)M * Hq * D), *tmp = malloc(sizeof(float) * (size_t)M * E);
     float *gate = malloc(sizeof(float) * (size_t)M * F), *up = malloc(sizeof(float) * (size_t)M * F);
     int status = (h && q && k && v && att && tmp && gate && up) ? 0 : -2;
+    double mark = profile ? now_seconds() : 0.0;
     for (int l = 0; l < n_layers && status == 0; l++) {
         const ap_layer *L = &layers[l];
         ap_rmsnorm(x, L->attn_norm, M, E, m->rms_eps, h, use_ref);
+        charge(profile, AP_PROF_NORMS, &mark);
         float *qkv_out[3] = {q, k, v};
         if ((status = ap_linear(L->qkv, 3, h, M, E, qkv_out, nthreads, path)) != 0) break;
+        charge(profile, AP_PROF_QKV, &mark);
         for (int r = 0; r < M; r++) {
             rotate(q + (size_t)r * Hq * D, Hq, m, start + r);
             rotate(k + (size_t)r * Hkv * D, Hkv, m, start + r);
@@ -69,18 +92,27 @@ int ap_layers_forward(const ap_model *m, const ap_layer *layers, int n_layers, f
                 for (int i = 0; i < D; i++) { kc[i] = ap_f2h(ks[i]); vc[i] = ap_f2h(vs[i]); }
             }
         }
+        charge(profile, AP_PROF_ROPE_CACHE, &mark);
         if ((status = ap_attention(q, L->k_cache, L->v_cache, m->max_len, start, M, Hq, Hkv, D, m->attn_scale, 0, att,
                                    nthreads, use_ref)) != 0) break;
+        charge(profile, AP_PROF_ATTENTION, &mark);
         float *o_out[1] = {tmp};
         if ((status = ap_linear(&L->attn_out, 1, att, M, Hq * D, o_out, nthreads, path)) != 0) break;
+        charge(profile, AP_PROF_ATTN_OUT, &mark);
         for (size_t i = 0; i < (size_t)M * E; i++) x[i] = x[i] + tmp[i];
+        charge(profile, AP_PROF_RESIDUAL, &mark);
         ap_rmsnorm(x, L->ffn_norm, M, E, m->rms_eps, h, use_ref);
+        charge(profile, AP_PROF_NORMS, &mark);
         float *gu_out[2] = {gate, up};
         if ((status = ap_linear(L->gate_up, 2, h, M, E, gu_out, nthreads, path)) != 0) break;
+        charge(profile, AP_PROF_GATE_UP, &mark);
         ap_silu_mul(gate, up, (long)M * F, use_ref);
+        charge(profile, AP_PROF_SILU, &mark);
         float *down_out[1] = {tmp};
         if ((status = ap_linear(&L->down, 1, gate, M, F, down_out, nthreads, path)) != 0) break;
+        charge(profile, AP_PROF_DOWN, &mark);
         for (size_t i = 0; i < (size_t)M * E; i++) x[i] = x[i] + tmp[i];
+        charge(profile, AP_PROF_RESIDUAL, &mark);
     }
     free(h); free(q); free(k); free(v); free(att); free(tmp); free(gate); free(up);
     return status;

@@ -56,9 +56,9 @@ static void quantize_act(const float *x, int M, int K, int block, int path, act_
 // one chunk (AP_CHUNK_ROWS = AP_GROUP weight rows n0..n1-1) of an interleaved matrix, every activation row
 static void run_group_chunk(const ap_weight *w, const ap_act *a, int n0, int n1, ap_group_fn fn, float *y) {
     const uint8_t *group = w->data + (size_t)(n0 / AP_GROUP) * (w->K / ap_group_cols(w->type)) * ap_group_bytes(w->type);
-    float tile[AP_ROW_TILE * AP_GROUP];
-    for (int r0 = 0; r0 < a->M; r0 += AP_ROW_TILE) {
-        const int R = a->M - r0 < AP_ROW_TILE ? a->M - r0 : AP_ROW_TILE;
+    float tile[AP_GROUP_ROW_TILE * AP_GROUP];
+    for (int r0 = 0; r0 < a->M; r0 += AP_GROUP_ROW_TILE) {
+        const int R = a->M - r0 < AP_GROUP_ROW_TILE ? a->M - r0 : AP_GROUP_ROW_TILE;
         fn(group, a, r0, R, tile);
         for (int r = 0; r < R; r++)
             for (int n = n0; n < n1; n++) {

@@ -116,65 +116,123 @@ void ap_silu_mul(float *gate, const float *up, long n, int use_ref) {
 // Query m sits at position start+m and attends to positions lo..start+m (lo = start+m-window+1 for
 // sliding-window layers, else 0). The Hq/Hkv query heads of a KV head are scored together: each
 // key and value row is read and widened once for all of them.
-static void attend_one(const float *q, const uint16_t *kc, const uint16_t *vc, int L_max, int D, int G, int lo, int hi,
-                       float scale, float *out, float *scores, int use_ref) {
-    const int L = hi - lo + 1;
-    // scores[g][j] = q_g . k_j * scale
-    for (int j = 0; j < L; j++) {
-        const uint16_t *k = kc + (size_t)(lo + j) * D;
+// Scores, softmax and the weighted sum of values follow one order per (query, head), whatever the
+// number of queries: scores q_g . k_j lane by lane then ap_reduce8; numerators exp(s - max) and their
+// sum in 8 lanes over blocks of 8 positions, ap_reduce8, then the tail positions in order; values
+// accumulated over positions in order from 0, then times 1 / sum. The SIMD path scores 4 keys at once
+// (4 independent accumulators, the same per-key arithmetic) and keeps G heads' value sums in
+// registers over blocks of positions, widening each key and value row once for all G heads.
+#define ATTN_KEY_BLOCK 4
+#define ATTN_VALUE_BLOCK 64
+
+static float softmax_numerators(float *s, int L, int use_ref) {
+    float mx = s[0];
+    for (int j = 1; j < L; j++) mx = s[j] > mx ? s[j] : mx;
+    float lanes[8] = {0};
+    int j = 0;
 #ifdef AP_AVX2
-        if (!use_ref) {
-            for (int g = 0; g < G; g++) {
-                const float *qg = q + (size_t)g * D;
-                __m256 a = _mm256_setzero_ps();
-                for (int c = 0; c < D; c += 8)
-                    a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_loadu_ps(qg + c), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + c)))));
-                scores[(size_t)g * L + j] = ap_reduce8_avx2(a) * scale;
-            }
-            continue;
+    if (!use_ref) {
+        __m256 acc = _mm256_setzero_ps();
+        for (; j + 8 <= L; j += 8) {
+            const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), _mm256_set1_ps(mx)));
+            _mm256_storeu_ps(s + j, e);
+            acc = _mm256_add_ps(acc, e);
         }
-#endif
-        for (int g = 0; g < G; g++) scores[(size_t)g * L + j] = dot_f32_f16_ref(q + (size_t)g * D, k, D) * scale;
+        _mm256_storeu_ps(lanes, acc);
     }
-    // softmax numerators and their sum, per head; positions in order
-    float inv_sum[64];
-    for (int g = 0; g < G; g++) {
-        float *s = scores + (size_t)g * L;
-        float mx = s[0];
-        for (int j = 1; j < L; j++) mx = s[j] > mx ? s[j] : mx;
-        int j = 0;
-#ifdef AP_AVX2
-        if (!use_ref)
-            for (; j + 8 <= L; j += 8) _mm256_storeu_ps(s + j, exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), _mm256_set1_ps(mx))));
 #endif
-        for (; j < L; j++) s[j] = exp_ref(s[j] - mx);
-        float sum = 0.0f;
-        for (j = 0; j < L; j++) sum += s[j];
-        inv_sum[g] = 1.0f / sum;
-    }
-    // out_g = sum_j p_j v_j / sum, accumulated over positions in order
-    for (int g = 0; g < G; g++) memset(out + (size_t)g * D, 0, sizeof(float) * D);
-    for (int j = 0; j < L; j++) {
-        const uint16_t *v = vc + (size_t)(lo + j) * D;
-#ifdef AP_AVX2
-        if (!use_ref) {
-            for (int c = 0; c < D; c += 8) {
-                __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + c)));
-                for (int g = 0; g < G; g++) {
-                    float *o = out + (size_t)g * D + c;
-                    _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), _mm256_mul_ps(_mm256_set1_ps(scores[(size_t)g * L + j]), vv)));
-                }
-            }
-            continue;
-        }
-#endif
-        for (int g = 0; g < G; g++)
-            for (int c = 0; c < D; c++) out[(size_t)g * D + c] = out[(size_t)g * D + c] + scores[(size_t)g * L + j] * ap_h2f(v[c]);
-    }
-    for (int g = 0; g < G; g++)
-        for (int c = 0; c < D; c++) out[(size_t)g * D + c] = out[(size_t)g * D + c] * inv_sum[g];
-    (void)L_max;
+    for (; j + 8 <= L; j += 8)
+        for (int i = 0; i < 8; i++) { s[j + i] = exp_ref(s[j + i] - mx); lanes[i] = lanes[i] + s[j + i]; }
+    float sum = ap_reduce8(lanes);
+    for (; j < L; j++) { s[j] = exp_ref(s[j] - mx); sum = sum + s[j]; }
+    return sum;
 }
+
+static void attend_one_ref(const float *q, const uint16_t *kc, const uint16_t *vc, int D, int G, int lo, int hi,
+                           float scale, float *out, float *scores) {
+    const int L = hi - lo + 1;
+    for (int j = 0; j < L; j++)
+        for (int g = 0; g < G; g++) scores[(size_t)g * L + j] = dot_f32_f16_ref(q + (size_t)g * D, kc + (size_t)(lo + j) * D, D) * scale;
+    for (int g = 0; g < G; g++) {
+        float *s = scores + (size_t)g * L, *o = out + (size_t)g * D;
+        const float inv_sum = 1.0f / softmax_numerators(s, L, 1);
+        for (int c = 0; c < D; c++) o[c] = 0.0f;
+        for (int j = 0; j < L; j++) {
+            const uint16_t *v = vc + (size_t)(lo + j) * D;
+            for (int c = 0; c < D; c++) o[c] = o[c] + s[j] * ap_h2f(v[c]);
+        }
+        for (int c = 0; c < D; c++) o[c] = o[c] * inv_sum;
+    }
+}
+
+#ifdef AP_AVX2
+static void attend_one_avx2(const float *q, const uint16_t *kc, const uint16_t *vc, int D, int G, int lo, int hi,
+                            float scale, float *out, float *scores, float *keys) {
+    const int L = hi - lo + 1;
+    int j = 0;
+    for (; j + ATTN_KEY_BLOCK <= L; j += ATTN_KEY_BLOCK) {  // 4 consecutive keys are contiguous in the cache
+        const uint16_t *k = kc + (size_t)(lo + j) * D;
+        for (int c = 0; c < ATTN_KEY_BLOCK * D; c += 8) _mm256_storeu_ps(keys + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + c))));
+        for (int g = 0; g < G; g++) {
+            const float *qg = q + (size_t)g * D;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int c = 0; c < D; c += 8) {
+                const __m256 qv = _mm256_loadu_ps(qg + c);
+                a0 = _mm256_add_ps(a0, _mm256_mul_ps(qv, _mm256_loadu_ps(keys + c)));
+                a1 = _mm256_add_ps(a1, _mm256_mul_ps(qv, _mm256_loadu_ps(keys + D + c)));
+                a2 = _mm256_add_ps(a2, _mm256_mul_ps(qv, _mm256_loadu_ps(keys + 2 * D + c)));
+                a3 = _mm256_add_ps(a3, _mm256_mul_ps(qv, _mm256_loadu_ps(keys + 3 * D + c)));
+            }
+            float *s = scores + (size_t)g * L + j;
+            s[0] = ap_reduce8_avx2(a0) * scale; s[1] = ap_reduce8_avx2(a1) * scale;
+            s[2] = ap_reduce8_avx2(a2) * scale; s[3] = ap_reduce8_avx2(a3) * scale;
+        }
+    }
+    for (; j < L; j++) {
+        const uint16_t *k = kc + (size_t)(lo + j) * D;
+        for (int g = 0; g < G; g++) {
+            const float *qg = q + (size_t)g * D;
+            __m256 a = _mm256_setzero_ps();
+            for (int c = 0; c < D; c += 8)
+                a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_loadu_ps(qg + c), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + c)))));
+            scores[(size_t)g * L + j] = ap_reduce8_avx2(a) * scale;
+        }
+    }
+    float inv_sum[64];
+    for (int g = 0; g < G; g++) inv_sum[g] = 1.0f / softmax_numerators(scores + (size_t)g * L, L, 0);
+    // values: up to 8 heads' sums of one 8-lane slice stay in registers over a block of positions
+    for (int g = 0; g < G; g++) memset(out + (size_t)g * D, 0, sizeof(float) * D);
+    for (int j0 = 0; j0 < L; j0 += ATTN_VALUE_BLOCK) {
+        const int j1 = j0 + ATTN_VALUE_BLOCK < L ? j0 + ATTN_VALUE_BLOCK : L;
+        for (int g0 = 0; g0 < G; g0 += 8) {
+            const int gn = G - g0 < 8 ? G - g0 : 8;
+            for (int c = 0; c < D; c += 8) {
+                __m256 acc[8];
+                for (int g = 0; g < gn; g++) acc[g] = _mm256_loadu_ps(out + (size_t)(g0 + g) * D + c);
+                for (int jj = j0; jj < j1; jj++) {
+                    const __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vc + (size_t)(lo + jj) * D + c)));
+                    const float *p = scores + (size_t)g0 * L + jj;
+                    switch (gn) {  // unrolled per head count so the sums stay in registers
+                        case 8: acc[7] = _mm256_add_ps(acc[7], _mm256_mul_ps(_mm256_broadcast_ss(p + 7 * (size_t)L), vv)); /* fallthrough */
+                        case 7: acc[6] = _mm256_add_ps(acc[6], _mm256_mul_ps(_mm256_broadcast_ss(p + 6 * (size_t)L), vv)); /* fallthrough */
+                        case 6: acc[5] = _mm256_add_ps(acc[5], _mm256_mul_ps(_mm256_broadcast_ss(p + 5 * (size_t)L), vv)); /* fallthrough */
+                        case 5: acc[4] = _mm256_add_ps(acc[4], _mm256_mul_ps(_mm256_broadcast_ss(p + 4 * (size_t)L), vv)); /* fallthrough */
+                        case 4: acc[3] = _mm256_add_ps(acc[3], _mm256_mul_ps(_mm256_broadcast_ss(p + 3 * (size_t)L), vv)); /* fallthrough */
+                        case 3: acc[2] = _mm256_add_ps(acc[2], _mm256_mul_ps(_mm256_broadcast_ss(p + 2 * (size_t)L), vv)); /* fallthrough */
+                        case 2: acc[1] = _mm256_add_ps(acc[1], _mm256_mul_ps(_mm256_broadcast_ss(p + (size_t)L), vv)); /* fallthrough */
+                        default: acc[0] = _mm256_add_ps(acc[0], _mm256_mul_ps(_mm256_broadcast_ss(p), vv));
+                    }
+                }
+                for (int g = 0; g < gn; g++) _mm256_storeu_ps(out + (size_t)(g0 + g) * D + c, acc[g]);
+            }
+        }
+    }
+    for (int g = 0; g < G; g++) {
+        const __m256 inv = _mm256_set1_ps(inv_sum[g]);
+        for (int c = 0; c < D; c += 8) _mm256_storeu_ps(out + (size_t)g * D + c, _mm256_mul_ps(_mm256_loadu_ps(out + (size_t)g * D + c), inv));
+    }
+}
+#endif
 
 // Returns 0, or -1 for bad shapes.
 int ap_attention(const float *q, const uint16_t *k_cache, const uint16_t *v_cache, int L_max, int start, int M,
@@ -184,14 +242,20 @@ int ap_attention(const float *q, const uint16_t *k_cache, const uint16_t *v_cach
     #pragma omp parallel num_threads(nthreads > 0 ? nthreads : omp_get_max_threads())
     {
         float *scores = malloc(sizeof(float) * (size_t)G * (size_t)(start + M));
+        float *keys = malloc(sizeof(float) * ATTN_KEY_BLOCK * (size_t)D);
         #pragma omp for schedule(static)
         for (int t = 0; t < tasks; t++) {
             const int m = t / Hkv, h = t % Hkv, pos = start + m;
             const int lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
-            attend_one(q + ((size_t)m * Hq + (size_t)h * G) * D, k_cache + (size_t)h * L_max * D, v_cache + (size_t)h * L_max * D,
-                       L_max, D, G, lo, pos, scale, out + ((size_t)m * Hq + (size_t)h * G) * D, scores, use_ref);
+            const float *qm = q + ((size_t)m * Hq + (size_t)h * G) * D;
+            const uint16_t *kc = k_cache + (size_t)h * L_max * D, *vc = v_cache + (size_t)h * L_max * D;
+            float *om = out + ((size_t)m * Hq + (size_t)h * G) * D;
+#ifdef AP_AVX2
+            if (!use_ref) { attend_one_avx2(qm, kc, vc, D, G, lo, pos, scale, om, scores, keys); continue; }
+#endif
+            attend_one_ref(qm, kc, vc, D, G, lo, pos, scale, om, scores);
         }
-        free(scores);
+        free(scores); free(keys);
     }
     return 0;
 }
