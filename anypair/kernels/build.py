@@ -60,7 +60,7 @@ def _compile_command(cc: str, output: Path) -> list[str]:
     sources = sorted(str(p) for p in SOURCE_DIR.glob("*.c"))
     # -ffp-contract=off: no fused multiply-adds the reference does not also do (bitwise agreement)
     return [cc, "-O3", "-std=c11", "-D_GNU_SOURCE", "-ffp-contract=off", "-fno-math-errno", *simd_flags(),
-            "-fopenmp", "-fPIC", "-shared", "-o", str(output), *sources]
+            "-fopenmp", "-fPIC", "-shared", "-o", str(output), *sources, "-lm"]
 
 
 def _cache_key(cc: str) -> str:

@@ -71,6 +71,15 @@ AP_INLINE __m256i both_halves_odd(__m256i pair) {  // (lo, hi) -> (hi, hi)
     return _mm256_or_si256(_mm256_srli_epi32(pair, 16), _mm256_and_si256(pair, _mm256_set1_epi32((int)0xffff0000u)));
 }
 
+// Matrices are read once per step, group after group, and groups are contiguous: the blocks
+// AP_PREFETCH_BLOCKS ahead of the one being multiplied (past the group's end: the next group's) are
+// asked for now, so that memory works while the multiply pipes do.
+#define AP_PREFETCH_BLOCKS 2
+AP_INLINE void prefetch_ahead(const void *block, size_t bytes) {
+    const char *ahead = (const char *)block + AP_PREFETCH_BLOCKS * bytes;
+    for (size_t i = 0; i < bytes; i += 64) _mm_prefetch(ahead + i, _MM_HINT_T0);
+}
+
 // The K-quants walk super-block by super-block; inside one, both 8-row halves of the group and every
 // tile of up to 4 activation rows are done before the next, so the super-block's bytes are read from
 // memory once and from L1 after that, and each row's float sums live in `out` (one load and store per
@@ -118,6 +127,7 @@ static void group_q4_K_avx2(const uint8_t *group, const ap_act *a, int r0, int R
     float *o = out - (size_t)r0 * AP_GROUP;  // indexed by absolute row below
     for (int b = 0; b < a->K / 256; b++) {
         const block_q4_K_g16 *gb = &g[b];
+        prefetch_ahead(gb, sizeof(*gb));
         for (int half = 0; half < 2; half++) {
             __m256i scale[8];
             for (int p = 0; p < 4; p++) {
@@ -189,6 +199,58 @@ static void group_q6_K_avx2(const uint8_t *group, const ap_act *a, int r0, int R
                     case 2: q6_K_superblock_rows(gb, half, pairs, a, rt, 2, b, o); break;
                     case 3: q6_K_superblock_rows(gb, half, pairs, a, rt, 3, b, o); break;
                     default: q6_K_superblock_rows(gb, half, pairs, a, rt, 4, b, o); break;
+                }
+            }
+        }
+    }
+}
+
+// Q6_K as bytes: the same sums as q6_K_superblock_rows, with the values loaded instead of unpacked
+AP_INLINE void q6_K_i8_superblock_rows(const block_q6_K_i8 *gb, int half, const __m256i pairs[8], const ap_act *a, int row0,
+                                       int RR, int b, float *out) {
+    const int lane0 = 8 * half;
+    __m256i isum[AVX2_TILE];
+    for (int r = 0; r < RR; r++) isum[r] = _mm256_setzero_si256();
+    for (int p = 0; p < 8; p++) {
+        const __m256i pair = pairs[p];
+        for (int r = 0; r < RR; r++) {  // the offset of 32: -32 * (sc[2p] * s16[2p] + sc[2p+1] * s16[2p+1])
+            const int16_t *s16 = a->s16 + (size_t)(row0 + r) * (a->K / 16) + 16 * b + 2 * p;
+            isum[r] = _mm256_sub_epi32(isum[r], _mm256_slli_epi32(_mm256_madd_epi16(pair, broadcast4((const int8_t *)s16)), 5));
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m256i scale = h ? both_halves_odd(pair) : both_halves_even(pair);
+            for (int t = 4 * p + 2 * h; t < 4 * p + 2 * h + 2; t++) {
+                const __m256i q0 = _mm256_loadu_si256((const __m256i *)(gb->q[t][0] + 4 * lane0));
+                const __m256i q1 = _mm256_loadu_si256((const __m256i *)(gb->q[t][1] + 4 * lane0));
+                for (int r = 0; r < RR; r++)  // one step's int16 pair sums (at most 2 x 2 x 63 x 127), widened at once
+                    isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(step_products(q0, q1, a->q + (size_t)(row0 + r) * a->K + 256 * b + 8 * t), scale));
+            }
+        }
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->d + lane0)));
+    for (int r = 0; r < RR; r++) {
+        const __m256 dx = _mm256_set1_ps(a->d[(size_t)(row0 + r) * (a->K / 256) + b]);
+        float *acc = out + (row0 + r) * AP_GROUP + lane0;
+        _mm256_storeu_ps(acc, _mm256_add_ps(_mm256_loadu_ps(acc), _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[r]))));
+    }
+}
+
+static void group_q6_K_i8_avx2(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
+    const block_q6_K_i8 *g = (const block_q6_K_i8 *)group;
+    memset(out, 0, sizeof(float) * (size_t)R * AP_GROUP);
+    float *o = out - (size_t)r0 * AP_GROUP;
+    for (int b = 0; b < a->K / 256; b++) {
+        const block_q6_K_i8 *gb = &g[b];
+        prefetch_ahead(gb, sizeof(*gb));
+        for (int half = 0; half < 2; half++) {
+            __m256i pairs[8];
+            for (int p = 0; p < 8; p++) pairs[p] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)gb->sc[p][8 * half]));
+            for (int rt = r0; rt < r0 + R; rt += AVX2_TILE) {
+                switch (r0 + R - rt) {
+                    case 1: q6_K_i8_superblock_rows(gb, half, pairs, a, rt, 1, b, o); break;
+                    case 2: q6_K_i8_superblock_rows(gb, half, pairs, a, rt, 2, b, o); break;
+                    case 3: q6_K_i8_superblock_rows(gb, half, pairs, a, rt, 3, b, o); break;
+                    default: q6_K_i8_superblock_rows(gb, half, pairs, a, rt, 4, b, o); break;
                 }
             }
         }
@@ -323,6 +385,7 @@ ap_group_fn ap_group_avx2(int type) {
         case AP_Q5_0_G16: return group_q5_0_avx2;
         case AP_Q4_K_G16: return group_q4_K_avx2;
         case AP_Q6_K_G16: return group_q6_K_avx2;
+        case AP_Q6_K_I8: return group_q6_K_i8_avx2;
         default: return NULL;
     }
 }

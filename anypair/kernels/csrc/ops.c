@@ -68,10 +68,12 @@ void ap_exp(const float *x, float *y, int n, int use_ref) {
 }
 
 // ---- dot of two float vectors of length D (D % 8 == 0) in the fixed lane order -----------------
+// attention's products are fused multiply-adds (fmaf: one rounding, the same bits as the SIMD path's
+// vfmadd), half the floating-point operations of a multiply then an add
 static inline float dot_f32_f16_ref(const float *q, const uint16_t *k, int D) {
     float acc[8] = {0};
     for (int c = 0; c < D; c += 8)
-        for (int i = 0; i < 8; i++) acc[i] = acc[i] + q[c + i] * ap_h2f(k[c + i]);
+        for (int i = 0; i < 8; i++) acc[i] = fmaf(q[c + i], ap_h2f(k[c + i]), acc[i]);
     return ap_reduce8(acc);
 }
 
@@ -159,7 +161,7 @@ static void attend_one_ref(const float *q, const uint16_t *kc, const uint16_t *v
         for (int c = 0; c < D; c++) o[c] = 0.0f;
         for (int j = 0; j < L; j++) {
             const uint16_t *v = vc + (size_t)(lo + j) * D;
-            for (int c = 0; c < D; c++) o[c] = o[c] + s[j] * ap_h2f(v[c]);
+            for (int c = 0; c < D; c++) o[c] = fmaf(s[j], ap_h2f(v[c]), o[c]);
         }
         for (int c = 0; c < D; c++) o[c] = o[c] * inv_sum;
     }
@@ -178,10 +180,10 @@ static void attend_one_avx2(const float *q, const uint16_t *kc, const uint16_t *
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (int c = 0; c < D; c += 8) {
                 const __m256 qv = _mm256_loadu_ps(qg + c);
-                a0 = _mm256_add_ps(a0, _mm256_mul_ps(qv, _mm256_loadu_ps(keys + c)));
-                a1 = _mm256_add_ps(a1, _mm256_mul_ps(qv, _mm256_loadu_ps(keys + D + c)));
-                a2 = _mm256_add_ps(a2, _mm256_mul_ps(qv, _mm256_loadu_ps(keys + 2 * D + c)));
-                a3 = _mm256_add_ps(a3, _mm256_mul_ps(qv, _mm256_loadu_ps(keys + 3 * D + c)));
+                a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys + c), a0);
+                a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys + D + c), a1);
+                a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys + 2 * D + c), a2);
+                a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys + 3 * D + c), a3);
             }
             float *s = scores + (size_t)g * L + j;
             s[0] = ap_reduce8_avx2(a0) * scale; s[1] = ap_reduce8_avx2(a1) * scale;
@@ -194,7 +196,7 @@ static void attend_one_avx2(const float *q, const uint16_t *kc, const uint16_t *
             const float *qg = q + (size_t)g * D;
             __m256 a = _mm256_setzero_ps();
             for (int c = 0; c < D; c += 8)
-                a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_loadu_ps(qg + c), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + c)))));
+                a = _mm256_fmadd_ps(_mm256_loadu_ps(qg + c), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + c))), a);
             scores[(size_t)g * L + j] = ap_reduce8_avx2(a) * scale;
         }
     }
@@ -213,14 +215,14 @@ static void attend_one_avx2(const float *q, const uint16_t *kc, const uint16_t *
                     const __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vc + (size_t)(lo + jj) * D + c)));
                     const float *p = scores + (size_t)g0 * L + jj;
                     switch (gn) {  // unrolled per head count so the sums stay in registers
-                        case 8: acc[7] = _mm256_add_ps(acc[7], _mm256_mul_ps(_mm256_broadcast_ss(p + 7 * (size_t)L), vv)); /* fallthrough */
-                        case 7: acc[6] = _mm256_add_ps(acc[6], _mm256_mul_ps(_mm256_broadcast_ss(p + 6 * (size_t)L), vv)); /* fallthrough */
-                        case 6: acc[5] = _mm256_add_ps(acc[5], _mm256_mul_ps(_mm256_broadcast_ss(p + 5 * (size_t)L), vv)); /* fallthrough */
-                        case 5: acc[4] = _mm256_add_ps(acc[4], _mm256_mul_ps(_mm256_broadcast_ss(p + 4 * (size_t)L), vv)); /* fallthrough */
-                        case 4: acc[3] = _mm256_add_ps(acc[3], _mm256_mul_ps(_mm256_broadcast_ss(p + 3 * (size_t)L), vv)); /* fallthrough */
-                        case 3: acc[2] = _mm256_add_ps(acc[2], _mm256_mul_ps(_mm256_broadcast_ss(p + 2 * (size_t)L), vv)); /* fallthrough */
-                        case 2: acc[1] = _mm256_add_ps(acc[1], _mm256_mul_ps(_mm256_broadcast_ss(p + (size_t)L), vv)); /* fallthrough */
-                        default: acc[0] = _mm256_add_ps(acc[0], _mm256_mul_ps(_mm256_broadcast_ss(p), vv));
+                        case 8: acc[7] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + 7 * (size_t)L), vv, acc[7]); /* fallthrough */
+                        case 7: acc[6] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + 6 * (size_t)L), vv, acc[6]); /* fallthrough */
+                        case 6: acc[5] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + 5 * (size_t)L), vv, acc[5]); /* fallthrough */
+                        case 5: acc[4] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + 4 * (size_t)L), vv, acc[4]); /* fallthrough */
+                        case 4: acc[3] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + 3 * (size_t)L), vv, acc[3]); /* fallthrough */
+                        case 3: acc[2] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + 2 * (size_t)L), vv, acc[2]); /* fallthrough */
+                        case 2: acc[1] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + (size_t)L), vv, acc[1]); /* fallthrough */
+                        default: acc[0] = _mm256_fmadd_ps(_mm256_broadcast_ss(p), vv, acc[0]);
                     }
                 }
                 for (int g = 0; g < gn; g++) _mm256_storeu_ps(out + (size_t)(g0 + g) * D + c, acc[g]);

@@ -7,8 +7,17 @@
 
 #include "ap_common.h"
 
+// the layout a build reads Q6_K in: bytes on AVX2 and portable builds, 6 bits on AVX-512 (ap_common.h)
+static int q6_K_layout(void) {
+#if defined(AP_AVX512)
+    return AP_Q6_K_G16;
+#else
+    return AP_Q6_K_I8;
+#endif
+}
+
 static int grouped_type(int ggml_type) {
-    return ggml_type == AP_Q4_K ? AP_Q4_K_G16 : ggml_type == AP_Q6_K ? AP_Q6_K_G16
+    return ggml_type == AP_Q4_K ? AP_Q4_K_G16 : ggml_type == AP_Q6_K ? q6_K_layout()
          : ggml_type == AP_Q4_1 ? AP_Q4_1_G16 : ggml_type == AP_Q5_0 ? AP_Q5_0_G16 : -1;
 }
 
@@ -101,6 +110,19 @@ static void pack_q6_K(const block_q6_K *rows[AP_GROUP], int b, block_q6_K_g16 *g
     }
 }
 
+static void pack_q6_K_i8(const block_q6_K *rows[AP_GROUP], int b, block_q6_K_i8 *g) {
+    memset(g, 0, sizeof(*g));
+    for (int l = 0; l < AP_GROUP; l++) {
+        if (!rows[l]) continue;
+        const block_q6_K *blk = &rows[l][b];
+        uint8_t v[256];
+        q6_K_values(blk, v);
+        g->d[l] = blk->d;
+        for (int j = 0; j < 16; j++) g->sc[j / 2][l][j % 2] = blk->scales[j];
+        for (int e = 0; e < 256; e++) g->q[e / 8][(e % 8) / 4][4 * l + e % 4] = v[e];
+    }
+}
+
 // Rows [N][row_bytes] of a Q4_1, Q5_0, Q4_K or Q6_K matrix into `out` (ap_packed_bytes bytes). Returns
 // the interleaved type, or -1 for a type or shape without one.
 int ap_repack(int ggml_type, const uint8_t *rows, size_t row_bytes, int N, int K, uint8_t *out, int nthreads) {
@@ -121,6 +143,7 @@ int ap_repack(int ggml_type, const uint8_t *rows, size_t row_bytes, int N, int K
             if (type == AP_Q4_1_G16) pack_q4_1((const block_q4_1 **)members, b, (block_q4_1_g16 *)dst);
             else if (type == AP_Q5_0_G16) pack_q5_0((const block_q5_0 **)members, b, (block_q5_0_g16 *)dst);
             else if (type == AP_Q4_K_G16) pack_q4_K((const block_q4_K **)members, b, (block_q4_K_g16 *)dst);
+            else if (type == AP_Q6_K_I8) pack_q6_K_i8((const block_q6_K **)members, b, (block_q6_K_i8 *)dst);
             else pack_q6_K((const block_q6_K **)members, b, (block_q6_K_g16 *)dst);
         }
     }
@@ -147,6 +170,13 @@ void ap_grouped_dequant_row(const ap_weight *w, int n, float *y) {
             for (int e = 0; e < 256; e++) {
                 const int j = e / 32;
                 o[e] = d * g->sc[j / 2][l][j % 2] * ap_q4k_g16_value(g, l, e) - dmin * g->mn[j / 2][l][j % 2];
+            }
+        } else if (w->type == AP_Q6_K_I8) {
+            const block_q6_K_i8 *g = (const block_q6_K_i8 *)group + b;
+            const float d = ap_h2f(g->d[l]);
+            for (int e = 0; e < 256; e++) {
+                const int j = e / 16;
+                o[e] = d * g->sc[j / 2][l][j % 2] * (ap_q6k_i8_value(g, l, e) - 32);
             }
         } else {
             const block_q6_K_g16 *g = (const block_q6_K_g16 *)group + b;

@@ -52,11 +52,12 @@ long ap_int8_peak(long iterations, int nthreads, int use_avx2, int32_t *sink) {
         per_iteration = 16 * 64;
         #pragma omp parallel num_threads(nthreads > 0 ? nthreads : omp_get_max_threads())
         {
+            // vpdpbusd accumulates into its destination: 16 chains cannot share a product
             __m512i acc[16], u = _mm512_set1_epi8(3), s = _mm512_set1_epi8(-2);
             for (int i = 0; i < 16; i++) acc[i] = _mm512_set1_epi32(i);
             for (long it = 0; it < iterations; it++) {
                 for (int i = 0; i < 16; i++) acc[i] = _mm512_dpbusd_epi32(acc[i], u, s);
-                __asm__ volatile("" : "+v"(u), "+v"(s));  // keeps the loop from being folded
+                __asm__ volatile("" : "+v"(u), "+v"(s));
             }
             __m512i a = acc[0];
             for (int i = 1; i < 16; i++) a = _mm512_add_epi32(a, acc[i]);
@@ -69,12 +70,14 @@ long ap_int8_peak(long iterations, int nthreads, int use_avx2, int32_t *sink) {
     per_iteration = 8 * 32;
     #pragma omp parallel num_threads(nthreads > 0 ? nthreads : omp_get_max_threads())
     {
-        __m256i acc[8], u = _mm256_set1_epi8(3), s = _mm256_set1_epi8(-2), ones = _mm256_set1_epi16(1);
-        for (int i = 0; i < 8; i++) acc[i] = _mm256_set1_epi32(i);
+        // 8 independent chains, each on its own inputs (inputs shared between chains would let the
+        // compiler compute one product for all of them)
+        __m256i acc[8], u[8], s = _mm256_set1_epi8(-2), ones = _mm256_set1_epi16(1);
+        for (int i = 0; i < 8; i++) { acc[i] = _mm256_set1_epi32(i); u[i] = _mm256_set1_epi8((char)(3 + i)); }
         for (long it = 0; it < iterations; it++) {
             for (int i = 0; i < 8; i++)
-                acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones));
-            __asm__ volatile("" : "+x"(u), "+x"(s));
+                acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(u[i], s), ones));
+            __asm__ volatile("" : "+x"(u[0]), "+x"(u[1]), "+x"(u[2]), "+x"(u[3]), "+x"(u[4]), "+x"(u[5]), "+x"(u[6]), "+x"(u[7]));
         }
         __m256i a = acc[0];
         for (int i = 1; i < 8; i++) a = _mm256_add_epi32(a, acc[i]);
