@@ -240,22 +240,29 @@ static void attend_one_avx2(const float *q, const uint16_t *kc, const uint16_t *
 int ap_attention(const float *q, const uint16_t *k_cache, const uint16_t *v_cache, int L_max, int start, int M,
                  int Hq, int Hkv, int D, float scale, int window, float *out, int nthreads, int use_ref) {
     if (Hkv <= 0 || Hq % Hkv || D % 8 || Hq / Hkv > 64 || start + M > L_max) return -1;
-    const int G = Hq / Hkv, tasks = M * Hkv;
-    #pragma omp parallel num_threads(nthreads > 0 ? nthreads : omp_get_max_threads())
+    const int G = Hq / Hkv, threads = nthreads > 0 ? nthreads : omp_get_max_threads();
+    // A task is (query row, KV head, a part of its G query heads). Each head's arithmetic is its own,
+    // so how the G heads are split changes no bit; splitting costs a re-read of the KV head, so it is
+    // done only when whole KV heads cannot keep the threads evenly busy (a small draft's 3 KV heads
+    // on 2 threads at one row: 9 tasks of one head instead of 3 of three).
+    const int split = (M * Hkv) % threads != 0 && M * Hkv < 4 * threads ? G : 1;
+    const int per_task = G / split, tasks = M * Hkv * split;
+    #pragma omp parallel num_threads(threads)
     {
-        float *scores = malloc(sizeof(float) * (size_t)G * (size_t)(start + M));
+        float *scores = malloc(sizeof(float) * (size_t)per_task * (size_t)(start + M));
         float *keys = malloc(sizeof(float) * ATTN_KEY_BLOCK * (size_t)D);
         #pragma omp for schedule(static)
         for (int t = 0; t < tasks; t++) {
-            const int m = t / Hkv, h = t % Hkv, pos = start + m;
+            const int m = t / (Hkv * split), h = (t / split) % Hkv, part = t % split, pos = start + m;
             const int lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
-            const float *qm = q + ((size_t)m * Hq + (size_t)h * G) * D;
+            const size_t head0 = (size_t)m * Hq + (size_t)h * G + (size_t)part * per_task;
+            const float *qm = q + head0 * D;
             const uint16_t *kc = k_cache + (size_t)h * L_max * D, *vc = v_cache + (size_t)h * L_max * D;
-            float *om = out + ((size_t)m * Hq + (size_t)h * G) * D;
+            float *om = out + head0 * D;
 #ifdef AP_AVX2
-            if (!use_ref) { attend_one_avx2(qm, kc, vc, D, G, lo, pos, scale, om, scores, keys); continue; }
+            if (!use_ref) { attend_one_avx2(qm, kc, vc, D, per_task, lo, pos, scale, om, scores, keys); continue; }
 #endif
-            attend_one_ref(qm, kc, vc, D, G, lo, pos, scale, om, scores);
+            attend_one_ref(qm, kc, vc, D, per_task, lo, pos, scale, om, scores);
         }
         free(scores); free(keys);
     }
