@@ -47,8 +47,8 @@ def verification_table(target_spec: str, target: LoadedModel, text_ids: Sequence
     """The target's k-token step at each context, beside llama.cpp's own k-token decode on the same
     GGUF when the target has one: {context: {engine: {k: ms}}} (JSON keys are strings)."""
     from anypair.backends.llama_cpp import LlamaCppBackend, llama_cpp_available
-    from anypair.benchmarking.costs import verification_costs_by_context
     from anypair.backends.sources import gguf_of
+    from anypair.benchmarking.costs import verification_costs_by_context
 
     backends = {f"target ({target.engine.engine})": target.backend}
     gguf = gguf_of(target_spec)
