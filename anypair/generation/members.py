@@ -83,9 +83,8 @@ def load_member(spec: ModelSpec, *, role: str, engine: str = "auto", weights: st
         if chosen.devices is not None and device not in chosen.devices:
             raise InputError(f"the {chosen.name} engine runs on {', '.join(chosen.devices)}, not {device!r}: "
                              "use engine='torch' on a GPU")
-        if not (chosen.sources & source_kinds(spec)):
-            kinds = "a loaded model" if LOADED in source_kinds(spec) else str(spec)
-            raise InputError(f"the {chosen.name} engine cannot load {kinds}: use engine='auto'")
+        if isinstance(spec, tuple) and LOADED not in chosen.sources:  # other specs: the loader says what is missing
+            raise InputError(f"the {chosen.name} engine cannot run a model already loaded in memory: use engine='auto'")
         try:
             return chosen.load(spec, role=role, options=options)
         except KernelUnavailable as exc:  # the compiler is there but the build failed: try the next engine
