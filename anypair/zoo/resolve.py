@@ -1,7 +1,6 @@
 """Name -> location -> loaded model: zoo folder first, then a local folder, then the hub id as given."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
