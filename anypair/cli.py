@@ -6,7 +6,7 @@ import sys
 from typing import Optional, Sequence
 
 from anypair.errors import AnyPairError, InputError
-from anypair.generation.checks import ENGINES
+from anypair.generation.checks import engine_options
 
 from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
@@ -33,11 +33,12 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                         "this machine, checked at load; fp16 = fp16 weights with fp32 math on AVX2 CPUs)")
     p.add_argument("--draft-weights", choices=["auto", "fp32", "fp16", "bf16", "int8"], default="auto",
                    help="draft weights when the draft runs on torch (int8: dynamic int8, drafts only)")
-    p.add_argument("--engine", choices=list(ENGINES), default="auto",
+    p.add_argument("--engine", choices=list(engine_options()), default="auto",
                    help="target engine (auto: gguf, anypair's exact engine on the GGUF's own blocks, for a target "
                         "with a GGUF (zoo models, .gguf files) of a llama/qwen2 architecture; torch otherwise)")
-    p.add_argument("--draft-engine", choices=list(ENGINES), default="auto",
-                   help="draft engine (auto: llama.cpp when llama-cpp-python is installed and the draft has a GGUF)")
+    p.add_argument("--draft-engine", choices=list(engine_options()), default="auto",
+                   help="draft engine (auto: gguf for a draft with a llama/qwen2 GGUF, as the default pair's; llama.cpp "
+                        "for another GGUF when llama-cpp-python is installed; torch otherwise)")
     p.add_argument("--context", type=int, default=None,
                    help="context length of the gguf and llama.cpp engines (default min(trained, 8192))")
     p.add_argument("--threads", type=int, default=None)
@@ -254,7 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--sweep-new-tokens", default="64,128,256,512,1024", help="comma-separated numbers of new tokens")
     sweep.add_argument("--sweep-temperatures", default="0,1.0", help="comma-separated; 0 = greedy")
     sweep.add_argument("--sweep-examples", type=int, default=1, help="articles per prompt length")
-    sweep.add_argument("--sweep-articles", help="JSONL with an \"article\" per line (default: ../shared/data's CNN/DailyMail)")
+    sweep.add_argument("--sweep-articles",
+                       help="JSONL with an \"article\" per line (default: the 6 CNN/DailyMail articles shipped "
+                            "with anypair)")
     b.set_defaults(func=run_bench_cmd)
     return parser
 

@@ -84,10 +84,6 @@ class RoundTrip:
     n_strings: int
     failures: tuple[str, ...]
 
-    @property
-    def share_exact(self) -> float:
-        return 1 - len(self.failures) / self.n_strings if self.n_strings else 1.0
-
 
 @dataclass(frozen=True)
 class TokenizerSide:

@@ -12,6 +12,10 @@ from typing import Optional
 from anypair.errors import InputError
 
 
+#: the seeds a request's generator takes (torch.Generator.manual_seed's range: 64 bits, either sign)
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
+
+
 @dataclass(frozen=True)
 class SamplingConfig:
     """How the *target's* next-token distribution is shaped. `do_sample=False` is greedy."""
@@ -30,6 +34,10 @@ class SamplingConfig:
             raise InputError(f"top_k must be an integer >= 0, got {self.top_k!r} (0 turns it off)")
         if not 0 < self.top_p <= 1:
             raise InputError(f"top_p must be in (0, 1], got {self.top_p!r} (1 turns it off)")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
+                                      or not SEED_MIN <= self.seed <= SEED_MAX):
+            raise InputError(f"seed must be an integer from {SEED_MIN} to {SEED_MAX} (64 bits), got {self.seed!r}: "
+                             "any one of them fixes the text; leave it unset for a fresh sample")
 
 
 # -- one round: the loop gives the drafter a budget, the drafter answers with a proposal, the

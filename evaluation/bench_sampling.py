@@ -26,7 +26,7 @@ from anypair.benchmarking.methods import (AnyPairMethod, Decoding, MethodOutput,
                                          transformers_target)
 from anypair.benchmarking.prompts import BenchPrompt, humaneval_prompts
 from anypair.benchmarking.report import BenchReport, format_report
-from anypair.generation.members import LoadedModel
+from anypair.backends.member import LoadedModel
 from anypair.machine import describe_machine
 from anypair.types import SamplingConfig
 from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET

@@ -20,7 +20,7 @@ from typing import Optional
 
 from anypair.benchmarking.methods import AnyPairMethod, Method, TorchAssistant, TransformersMethod
 from anypair.benchmarking.report import BASELINE
-from anypair.generation.members import LoadedModel
+from anypair.backends.member import LoadedModel
 
 METHODS_NEEDING_DRAFT = ("anypair", "anypair-hybrid", "hf-uag")
 # the methods that drive transformers' generate, so need the target as a torch model

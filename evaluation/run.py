@@ -30,6 +30,7 @@ if __package__ in (None, ""):
     # run as `python evaluation/run.py`: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from anypair.generation.checks import engine_options
 from evaluation.data import TASKS, Example, load_task
 from evaluation.methods import (
     ALL_METHODS,
@@ -106,8 +107,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     )
     parser.add_argument("--weights", "--dtype", dest="weights", default="auto", choices=["auto", "fp32", "fp16", "bf16"],
                         help="the target's weights (auto: the fastest batch-invariant format of this machine)")
-    parser.add_argument("--draft-engine", default="auto", choices=["auto", "torch", "llama.cpp"],
-                        help="anypair's draft engine (auto: llama.cpp when installed); transformers' methods get a torch copy")
+    parser.add_argument("--draft-engine", default="auto", choices=list(engine_options()),
+                        help="anypair's draft engine (auto: gguf for a llama/qwen2 GGUF, llama.cpp for another GGUF "
+                             "when installed, torch otherwise); transformers' methods get a torch copy")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--report-only", action="store_true",
                         help="write the tables and figures from <out>/examples.jsonl without loading any model "

@@ -233,7 +233,7 @@ def test_anypair_bench_end_to_end_on_the_test_pair(zoo_fetch, tmp_path):
 
     path = tmp_path / "bench.json"
     status = main(["bench", "-m", QWEN_SMALL, "-a", SMOL, "--n", "1", "--max-new-tokens", "12", "--compare-hf",
-                   "--threads", "1", "--json", str(path)])
+                   "--threads", "2", "--json", str(path)])
     assert status == 0
     saved = json.loads(path.read_text())
     rows = {row["method"]: row for row in saved["runs"]}
@@ -256,7 +256,7 @@ def test_sweep_prompts_are_cut_to_exactly_the_asked_number_of_target_tokens(zoo_
 
     tokenizer = AutoTokenizer.from_pretrained(zoo_fetch[QWEN_SMALL])  # the 1.5B target's tokenizer
     articles = articles_from_jsonl(DEFAULT_ARTICLES)
-    prompts = sweep_prompts(tokenizer, articles[:12], [256, 512], per_length=3)
+    prompts = sweep_prompts(tokenizer, articles, [256, 512], per_length=3)
     for length, found in prompts.items():
         assert len(found) == 3
         for prompt in found:
@@ -265,6 +265,23 @@ def test_sweep_prompts_are_cut_to_exactly_the_asked_number_of_target_tokens(zoo_
     assert prompt_of_exactly(tokenizer, "A short article.", 256) is None
     with pytest.raises(InputError, match="long enough"):
         sweep_prompts(tokenizer, ["A short article."], [256], per_length=1)
+
+
+def test_the_sweep_articles_ship_inside_the_package():
+    """An installed anypair has no ../shared/data: the sweep's default articles are package data."""
+    import fnmatch
+    import tomllib
+    from pathlib import Path
+
+    import anypair
+    from anypair.benchmarking.sweep import DEFAULT_ARTICLES, articles_from_jsonl
+
+    package = Path(anypair.__file__).resolve().parent
+    assert DEFAULT_ARTICLES.is_relative_to(package) and len(articles_from_jsonl(DEFAULT_ARTICLES)) >= 3
+    pyproject = tomllib.loads((package.parent / "pyproject.toml").read_text())
+    shipped = pyproject["tool"]["setuptools"]["package-data"]["anypair.benchmarking"]
+    inside = DEFAULT_ARTICLES.relative_to(package / "benchmarking").as_posix()
+    assert any(fnmatch.fnmatch(inside, pattern) for pattern in shipped), (inside, shipped)
 
 
 class LengthMethod(ScriptedMethod):
@@ -339,7 +356,7 @@ def test_anypair_bench_sweep_end_to_end_on_the_test_pair(zoo_fetch, tmp_path):
 
     path = tmp_path / "sweep.json"
     status = main(["bench", "--sweep", "-m", QWEN_SMALL, "-a", SMOL, "--sweep-prompt-lengths", "48",
-                   "--sweep-new-tokens", "3,6", "--sweep-temperatures", "0,1", "--threads", "1", "--json", str(path)])
+                   "--sweep-new-tokens", "3,6", "--sweep-temperatures", "0,1", "--threads", "2", "--json", str(path)])
     assert status == 0
     rows = json.loads(path.read_text())["rows"]
     assert {(r["method"], r["decoding"]) for r in rows} == {

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from anypair.backends.base import ModelBackend
 from anypair.backends.contract import PROBE_TEXT, check_batch_invariance
 from anypair.errors import BackendError, InputError
 
@@ -167,7 +166,7 @@ def test_auto_runs_a_zoo_draft_on_the_gguf_engine_or_llama_cpp(zoo_fetch):
 def test_gguf_target_on_llama_cpp_with_a_draft_of_another_vocabulary(zoo_fetch, smol_llama):
     """A user's own GGUF as the target (llama.cpp), drafted by a model of another vocabulary."""
     from anypair import AnyPairGenerator
-    from anypair.generation.members import gguf_of
+    from anypair.backends.sources import gguf_of
 
     gguf = gguf_of(QWEN05)
     # a constant length: the adaptive policy may (rightly) stop drafting on a loaded CI machine
@@ -182,54 +181,34 @@ def test_gguf_target_on_llama_cpp_with_a_draft_of_another_vocabulary(zoo_fetch, 
     assert gen.target.invariance  # a target on any engine has its contract measured at load
 
 
-class RecomputingBackend(ModelBackend):
-    """A new engine as a newcomer would write it, in one class: no KV cache at all, every call runs
-    the model over the whole sequence (slow, but a complete ModelBackend)."""
-
-    name = "recomputing"
-
-    def __init__(self, model) -> None:
-        from anypair.backends.torch_hf import model_max_context, model_vocab_rows
-
-        self.model = model
-        self.vocab_size = model_vocab_rows(model)
-        self.max_context = model_max_context(model)
-        self.ids: list[int] = []
-
-    @property
-    def cached_length(self) -> int:
-        return len(self.ids)
-
-    def extend(self, ids, all_logits=False):
-        self.ids.extend(int(i) for i in ids)
-        with torch.inference_mode():
-            logits = self.model(torch.tensor([self.ids])).logits[0, -len(ids):].float()
-        return logits if all_logits else logits[-1]
-
-    def crop(self, length: int) -> None:
-        del self.ids[length:]
-
-    def reset(self) -> None:
-        self.ids = []
-
-
 @pytest.mark.slow
-def test_a_new_engine_is_a_backend_and_member_from_backend(fp16_target):
-    """Adding an engine takes a ModelBackend and `member_from_backend`; the loop is not touched."""
+def test_a_new_engine_is_one_file_and_a_registry_entry(fp16_target):
+    """Adding an engine takes one file (tests/recomputing_engine.py: a ModelBackend with no KV cache
+    and its loader) and an `Engine` entry; the loop and the engine choice are not touched."""
     from anypair import AnyPairGenerator
-    from anypair.generation.members import EngineChoice, member_from_backend
-    from anypair.zoo import load_model
+    from anypair.backends.engines import Engine, engine_named, register_engine, unregister_engine
+    from anypair.backends.sources import CHECKPOINT
+    from anypair.generation.checks import engine_options
 
-    model, hf_tokenizer = load_model(SMOL, dtype=torch.float32)
-    draft = member_from_backend(RecomputingBackend(model.eval()), hf_tokenizer, role="draft", name=SMOL,
-                                engine=EngineChoice("recomputing", "fp32", "no KV cache"),
-                                generation_config=model.generation_config)
-    gen = AnyPairGenerator(fp16_target, draft, draft_length="constant", num_draft_tokens=3)
-    assert "draft recomputing fp32" in gen.engines
-    alone = gen.generate(CODE, max_new_tokens=20, assisted=False)
-    assisted = gen.generate(CODE, max_new_tokens=20)
-    assert assisted.target_ids == alone.target_ids
-    assert assisted.stats.draft_tokens_accepted > 0 and not assisted.stats.draft_failed
+    with pytest.raises(InputError, match="unknown draft_engine 'recomputing'"):
+        AnyPairGenerator(fp16_target, SMOL, draft_engine="recomputing")
+    register_engine(Engine(name="recomputing", loader="recomputing_engine:load_recomputing_member",
+                           sources=frozenset({CHECKPOINT}), bitwise_invariant=False, exact_target=False,
+                           verification_slope=lambda member: 1.0, slope_source="no cache: every pass re-reads all",
+                           layer_overhead_params=7.4e6, devices=None))
+    try:
+        assert "recomputing" in engine_options() and engine_named("recomputing").exact_target is False
+        gen = AnyPairGenerator(fp16_target, SMOL, draft_engine="recomputing", draft_length="constant",
+                               num_draft_tokens=3)
+        assert "draft recomputing fp32" in gen.engines
+        assert type(gen.draft.backend).__name__ == "RecomputingBackend"
+        alone = gen.generate(CODE, max_new_tokens=20, assisted=False)
+        assisted = gen.generate(CODE, max_new_tokens=20)
+        assert assisted.target_ids == alone.target_ids
+        assert assisted.stats.draft_tokens_accepted > 0 and not assisted.stats.draft_failed
+    finally:
+        unregister_engine("recomputing")
+    assert "recomputing" not in engine_options()
 
 
 def test_unknown_weights_and_engines_are_input_errors():

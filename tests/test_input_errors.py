@@ -46,9 +46,31 @@ def assert_one_line_error(out: subprocess.CompletedProcess, *fragments: str) -> 
     (["-k", "-3"], "num_draft_tokens"),
     (["--confidence-threshold", "1.5"], "confidence_threshold"),
     (["--draft-window", "-1"], "draft_window"),
+    (["--do-sample", "--seed", str(2**70)], "seed"),
 ])
 def test_cli_rejects_bad_numbers_in_one_line(flags, fragment):
     assert_one_line_error(cli("generate", "hi", "-m", "/no/such/model/folder", *flags), fragment)
+
+
+@pytest.mark.parametrize("seed", [2**64, -(2**63) - 1, 2**70, 1.5, True])
+def test_a_seed_outside_64_bits_is_an_input_error(seed):
+    from anypair.types import SamplingConfig
+
+    with pytest.raises(InputError, match="seed must be an integer from"):
+        SamplingConfig(do_sample=True, seed=seed)
+
+
+@pytest.mark.parametrize("seed", [2**64 - 1, -(2**63), 0])
+def test_every_seed_the_check_lets_through_seeds_a_generator(seed):
+    """The bounds are the generator's own: each accepted seed works and fixes the draws."""
+    import torch
+
+    from anypair.sampling import make_generator
+    from anypair.types import SamplingConfig
+
+    config = SamplingConfig(do_sample=True, seed=seed)
+    draws = [torch.rand(4, generator=make_generator(config.seed)) for _ in range(2)]
+    assert torch.equal(draws[0], draws[1])
 
 
 def test_cli_rejects_argv_that_is_not_utf8():

@@ -377,13 +377,22 @@ def test_draft_without_usable_tokens_falls_back_to_target_samples(tiny_pair):
 # -- the real pair -------------------------------------------------------------------------------
 
 
-def test_real_pair_samples_reproducibly_with_statistics(zoo_fetch):
+@pytest.fixture(scope="module")
+def real_pair(zoo_fetch):
+    """Qwen2.5-Coder-0.5B with SmolLM2-135M in fp32, loaded once for the module: each test makes its
+    own generator on these members (a loaded member passes through as itself)."""
+    from anypair import AnyPairGenerator
+
+    return AnyPairGenerator(TARGET, SMOL, dtype="fp32")
+
+
+def test_real_pair_samples_reproducibly_with_statistics(real_pair):
     """Qwen2.5-Coder-0.5B with SmolLM2-135M: sampling runs end to end, the seed fixes the text (the
     target's own: the same without the draft), and the draft's proposals are accepted at a useful rate."""
     from anypair import AnyPairGenerator
 
     # a constant length without confidence stopping: every round proposes, so acceptance is seen
-    loaded = AnyPairGenerator(TARGET, SMOL, dtype="fp32")
+    loaded = real_pair
     options = dict(max_new_tokens=16, do_sample=True, temperature=0.7, top_p=0.95, seed=11)
     for sampled_drafts in ("greedy", "intersection"):
         # one generator per drafting mode, on the members loaded once (options never change after construction)
@@ -398,12 +407,12 @@ def test_real_pair_samples_reproducibly_with_statistics(zoo_fetch):
         assert not first.stats.draft_failed
 
 
-def test_seeded_sampling_with_the_default_policy_is_the_target_alone(zoo_fetch):
+def test_seeded_sampling_with_the_default_policy_is_the_target_alone(real_pair):
     """The default adaptive policy times its rounds and the ledger decides whether to draft; the
     seed alone fixes the text: drafted, again, and the target alone give the same tokens."""
     from anypair import AnyPairGenerator
 
-    gen = AnyPairGenerator(TARGET, SMOL, dtype="fp32")
+    gen = AnyPairGenerator(real_pair.target, real_pair.draft)  # the default options, a fresh ledger
     options = dict(max_new_tokens=24, do_sample=True, temperature=0.7, seed=12)
     first = gen.generate("def is_prime(n):\n", **options)
     again = gen.generate("def is_prime(n):\n", **options)

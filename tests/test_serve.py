@@ -145,8 +145,9 @@ def test_completion_equals_anypair_generate_and_the_target_alone(server, client,
     response = client.completions.create(model=TARGET, prompt=CODE, max_tokens=N_NEW, temperature=0)
     assert response.choices[0].text == expected["raw"] == expected["raw alone"]
     assert response.choices[0].text.strip()  # a test of equal empty strings would prove nothing
-    assert response.choices[0].finish_reason in ("stop", "length")
-    assert response.usage.completion_tokens <= N_NEW and response.usage.prompt_tokens > 0
+    # the target's greedy answer to CODE runs past N_NEW tokens: a generation that ends early fails here
+    assert response.choices[0].finish_reason == "length"
+    assert response.usage.completion_tokens == N_NEW and response.usage.prompt_tokens > 0
     stats = response.model_extra["anypair"]
     assert stats["rounds"] >= 1 and 0 <= stats["acceptance_rate"] <= 1 and "draft" in stats["engines"]
     # one log line for the request: its id, prompt and new tokens, tok/s, acceptance
@@ -185,7 +186,8 @@ def test_streamed_chunks_add_up_to_the_same_text_and_done_ends_the_stream(server
     assert sum(1 for p in pieces if p) >= 2  # streamed in pieces, not in one block at the end
     finishing = [c for c in chunks if c.choices and c.choices[0].finish_reason]
     assert len(finishing) == 1 and "anypair" in finishing[0].model_extra
-    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens <= N_NEW
+    assert finishing[0].choices[0].finish_reason == "length"  # the answer runs past N_NEW tokens
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == N_NEW
 
     # the wire format itself: server-sent events, the last one `data: [DONE]`
     body = {"model": TARGET, "prompt": CODE, "temperature": 0, "stream": True}
@@ -223,9 +225,7 @@ def test_load_8_clients_x_3_requests_all_served_each_as_if_alone(server, client)
 
     def poll_health() -> None:
         while not stop_polling.is_set():
-            started = time.perf_counter()
-            health = httpx.get(f"{server.root}/health", timeout=5).json()
-            health_seen.append({**health, "seconds": time.perf_counter() - started})
+            health_seen.append(httpx.get(f"{server.root}/health", timeout=5).json())
             time.sleep(0.2)
 
     def one_client(i: int) -> list[tuple[int, str]]:
@@ -242,10 +242,10 @@ def test_load_8_clients_x_3_requests_all_served_each_as_if_alone(server, client)
 
     assert len(results) == 24
     assert [text for _, text in results] == [alone[k] for k, _ in results]
-    # /health answered while requests generated and waited, and fast (generation is off the event loop)
+    # /health answered while requests generated and waited (that it answers while the generator is
+    # held, with no clock involved, is test_a_full_queue_answers_503_with_retry_after_and_health_answers_meanwhile)
     busy = [h for h in health_seen if h["generating"]]
     assert busy and max(h["queued"] for h in busy) >= 1
-    assert max(h["seconds"] for h in health_seen) < 2.0
 
 
 # -- a client that leaves mid-stream -----------------------------------------------------------------
@@ -297,6 +297,8 @@ def utf8(fields: dict) -> bool:
     ("completions", {"model": TARGET, "prompt": OVER_CONTEXT}, 400, "prompt", "context_length_exceeded"),
     ("completions", {"model": TARGET, "prompt": CODE, "stop": ["\n", ""]}, 400, "stop[1]", None),
     ("completions", {"model": TARGET, "prompt": CODE, "n": 2}, 400, "n", None),
+    ("completions", {"model": TARGET, "prompt": CODE, "seed": 2**70}, 400, "seed", None),  # was a 500
+    ("completions", {"model": TARGET, "prompt": CODE, "seed": -(2**63) - 1}, 400, "seed", None),
     # the generator's own InputError (a lone surrogate: not text a tokenizer can read) is a 400 too
     ("completions", {"model": TARGET, "prompt": "abc \ud800"}, 400, "prompt", None),
     ("chat/completions", {"model": TARGET, "messages": []}, 400, "messages", None),

@@ -48,6 +48,33 @@ def readme_test_command() -> str:
     return lines[lines.index(next(l for l in lines if l.startswith("# 2. tests"))) + 1]
 
 
+def readme_main_command() -> str:
+    lines = (REPO / "README.md").read_text().splitlines()
+    return lines[lines.index(next(l for l in lines if l.startswith("# 1. main job"))) + 1]
+
+
+def test_the_main_job_installs_the_package_alone_and_no_extra():
+    """README command 1 installs what the main job needs and no more: llama-cpp-python (built from
+    source, most of a first run's time) is the llama extra, for command 2 and whoever asks for it."""
+    command = readme_main_command()
+    assert command.startswith("pip install torch==2.13.0 && pip install -e . && anypair generate "), command
+    assert "[" not in command.split("anypair generate")[0], command
+
+
+def test_the_default_pair_runs_without_llama_cpp_and_a_llama_cpp_member_says_how_to_get_it(zoo_fetch, monkeypatch):
+    import sys
+
+    from anypair.errors import BackendError
+    from anypair.generation.members import load_member, resolve_engine
+
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # `import llama_cpp` now fails, as when it is not installed
+    assert resolve_engine("Qwen/Qwen2.5-Coder-1.5B-Instruct", "auto", "target") == "gguf"
+    assert resolve_engine("HuggingFaceTB/SmolLM2-135M-Instruct", "auto", "draft") == "gguf"
+    with pytest.raises(BackendError, match=r"needs llama-cpp-python: pip install 'anypair\[llama\]'") as refused:
+        load_member("HuggingFaceTB/SmolLM2-135M-Instruct", role="draft", engine="llama.cpp")
+    assert "\n" not in str(refused.value)
+
+
 def test_ci_runs_the_readme_test_command(tmp_path):
     out = ci(_ci_copy(tmp_path, (REPO / "README.md").read_text()), "--print-command", check=True)
     command = out.stdout.strip()

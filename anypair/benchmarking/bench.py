@@ -4,10 +4,13 @@ interleaved harness. Builds the methods on models loaded once; `format_report` p
 and `save_json` saves every figure."""
 from __future__ import annotations
 
+import sys
+
 from typing import Optional, Sequence
 
 import torch
 
+from anypair.backends.member import LoadedModel
 from anypair.benchmarking.costs import draft_step_ms, verification_costs
 from anypair.benchmarking.harness import Job, run_interleaved
 from anypair.benchmarking.methods import (
@@ -21,17 +24,20 @@ from anypair.benchmarking.methods import (
 )
 from anypair.benchmarking.prompts import BenchPrompt
 from anypair.benchmarking.report import BASELINE, BenchReport
-from anypair.generation.members import LoadedModel
 from anypair.machine import describe_machine
 
 
 def llama_cpp_alone(target_spec: str, target: LoadedModel, threads: int) -> Optional[Method]:
     """llama.cpp running the target's GGUF alone, where the target has one and llama-cpp-python is installed."""
-    from anypair.backends.llama_cpp import llama_cpp_available
-    from anypair.generation.members import gguf_of
+    from anypair.backends.llama_cpp import LLAMA_CPP_INSTALL, llama_cpp_available
+    from anypair.backends.sources import gguf_of
 
     gguf = gguf_of(target_spec)
-    if gguf is None or not gguf.is_file() or not llama_cpp_available():
+    if gguf is None or not gguf.is_file():
+        return None
+    if not llama_cpp_available():
+        print(f"anypair bench: llama.cpp alone is left out: it needs llama-cpp-python ({LLAMA_CPP_INSTALL}); "
+              "--no-llama-cpp leaves it out without this note", file=sys.stderr, flush=True)
         return None
     return LlamaCppAloneMethod("llama.cpp-alone", gguf, target, threads)
 
@@ -41,8 +47,8 @@ def verification_table(target_spec: str, target: LoadedModel, text_ids: Sequence
     """The target's k-token step at each context, beside llama.cpp's own k-token decode on the same
     GGUF when the target has one: {context: {engine: {k: ms}}} (JSON keys are strings)."""
     from anypair.backends.llama_cpp import LlamaCppBackend, llama_cpp_available
+    from anypair.backends.sources import gguf_of
     from anypair.benchmarking.costs import verification_costs_by_context
-    from anypair.generation.members import gguf_of
 
     backends = {f"target ({target.engine.engine})": target.backend}
     gguf = gguf_of(target_spec)

@@ -24,7 +24,7 @@ import torch
 from anypair.backends.torch_hf import model_vocab_rows
 from anypair.benchmarking.prompts import BenchPrompt
 from anypair.errors import InputError
-from anypair.generation.members import LoadedModel
+from anypair.backends.member import LoadedModel
 
 if TYPE_CHECKING:
     from anypair.generation.generator import AnyPairGenerator
@@ -235,7 +235,7 @@ def transformers_target(member: LoadedModel, spec: str, weights: str = "auto") -
     """The target as transformers' generate can drive it: the member itself when it runs on torch,
     else a torch copy loaded from the same spec (the GGUF engine, the default, is not a torch module;
     the copy's numerics differ, so a transformers method's "identical" column may differ too)."""
-    if member.engine.engine == "torch":
+    if member.model is not None:
         return member
     from anypair.generation.members import load_member
 

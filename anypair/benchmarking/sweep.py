@@ -25,8 +25,10 @@ SWEEP_NEW_TOKENS = (64, 128, 256, 512, 1024)
 SWEEP_TEMPERATURES = (0.0, 1.0)  # 0: greedy
 LLAMA_CPP_ALONE = "llama.cpp-alone"
 ANYPAIR = "anypair-model"
-# the repository's copy of Spec-Bench's CNN/DailyMail subset (see ../shared/ASSETS.md), as evaluation/ reads it
-DEFAULT_ARTICLES = Path(__file__).resolve().parents[3] / "shared" / "data" / "cnn_dailymail" / "specbench_subset.jsonl"
+# shipped with the package, so an installed anypair sweeps with no data checkout: the first 6 articles of
+# Spec-Bench's CNN/DailyMail 3.0.0 test subset (evaluation/ reads the whole subset), id and article text,
+# in the subset's order, so article 0 is the one the published tables used
+DEFAULT_ARTICLES = Path(__file__).resolve().parent / "data" / "cnn_dailymail_sweep.jsonl"
 # how far from n content tokens the cut may move to make the re-encoded prompt exactly n tokens long
 CUT_SEARCH_SPAN = 16
 
@@ -78,7 +80,8 @@ def sweep_prompts(hf_tokenizer, articles: Sequence[str], prompt_lengths: Sequenc
                 break
         if len(found) < per_length:
             raise InputError(f"only {len(found)} of the articles are long enough for a {length}-token prompt "
-                             f"({per_length} wanted): lower --sweep-examples or the prompt length")
+                             f"({per_length} wanted): lower --sweep-examples or the prompt length, or pass more "
+                             "articles with --sweep-articles FILE")
         prompts[length] = found
     return prompts
 

@@ -41,19 +41,24 @@ def check_choices(drafter: object, draft_length: object, sampled_drafts: object)
         raise InputError(f"sampled_drafts must be one of {', '.join(SAMPLED_DRAFTS)}, got {sampled_drafts!r}")
 
 
-ENGINES = ("auto", "gguf", "torch", "llama.cpp")
-BACKENDS = ("torch", "ipex")
+def engine_options() -> tuple[str, ...]:
+    """What engine= and draft_engine= accept: "auto" and every registered engine's name."""
+    from anypair.backends.engines import engine_names
+
+    return ("auto", *engine_names())
 
 
 def check_engine(engine: object, what: str = "engine") -> None:
-    if engine not in ENGINES:
-        raise InputError(f"unknown {what} {engine!r}: use one of {', '.join(ENGINES)}")
+    choices = engine_options()
+    if engine not in choices:
+        raise InputError(f"unknown {what} {engine!r}: use one of {', '.join(choices)}")
 
 
 def check_member_options(engine: object, draft_engine: object, backend: object, linear_kernel: object,
                          context: object, device: object) -> None:
     """The options that choose how each model is loaded and run."""
     from anypair.backends.skinny_linear import KERNELS
+    from anypair.backends.torch_engine import BACKENDS
 
     check_engine(engine, "engine")
     check_engine(draft_engine, "draft_engine")

@@ -81,15 +81,18 @@ class AnyPairGenerator:
             runs on the same weights and kernels: outputs are the target's own as served.
         draft_weights: the same for a draft on the torch engine (default "auto": the fastest format).
         dtype: the older name of `weights` ("bf16", "fp32", "fp16" or a torch dtype).
-        engine, draft_engine: "auto" (default), "torch" or "llama.cpp". auto runs a .gguf file on
-            llama.cpp, a draft that has a GGUF (every zoo model) on llama.cpp when llama-cpp-python is
-            installed, and everything else on torch. A llama.cpp TARGET is not batch-invariant: its
-            output can differ from its own single-token greedy run at near-ties (see README).
-        context: llama.cpp context length (default min(trained, 8192)).
+        engine, draft_engine: "auto" (default) or an engine of `anypair.backends.engines` ("gguf",
+            "llama.cpp", "torch", or one added with `register_engine`). auto runs a member with a
+            llama/qwen2 GGUF (every zoo model but Gemma 3, a user's .gguf) on the gguf engine, target
+            and draft alike; another GGUF's draft on llama.cpp when llama-cpp-python is installed, a
+            .gguf target of another architecture on llama.cpp; everything else on torch
+            (`anypair.generation.members`). A llama.cpp TARGET is not batch-invariant: its output can
+            differ from its own single-token greedy run at near-ties (see README).
+        context: context length of the gguf and llama.cpp engines (default min(trained, 8192)).
         backend: "torch" (default) or "ipex" for torch-engine members (optional; checked against torch).
         linear_kernel: for fp32 on a CPU: "auto" (default: time torch's linear against anypair's
             skinny kernel and keep the faster), "skinny" or "torch". See anypair.backends.skinny_linear.
-        threads: CPU threads (torch and llama.cpp).
+        threads: CPU threads (every engine).
         skip_losing_drafts: with the adaptive policy (default True), remember across requests whether
             drafting saved time (`policies.ledger.DraftingLedger`, one per drafter and greedy or
             sampling): while it has been losing on recent requests, a request runs the target alone,
@@ -240,29 +243,19 @@ class AnyPairGenerator:
             from anypair.verifiers.greedy import GreedyVerifier
 
             return GreedyVerifier()
-        from anypair.sampling import SamplingVerifier
+        from anypair.verifiers.sampling import SamplingVerifier
 
         assert noise is not None  # _session makes one for every sampling request
         return SamplingVerifier(sampling, noise=noise)  # its generator is seeded from sampling.seed
 
     def _verify_slope(self) -> float:
-        """What each extra token scored in one pass adds to a target step, as a share of the step.
-        Measured here: ~0.22 on a CPU in fp32, ~0.6 on llama.cpp; fp16-weight fbgemm, bf16 and GPUs
-        score 2-4 tokens for about the price of one. The GGUF engine's int8 dot products are
-        compute-bound past one row, so its slope is its kernel's: Qwen2.5-Coder-1.5B Q4_K_M on 2 cores
-        of an AMD EPYC, k = 2 / 4 / 8 / 12 cost 1.08 / 1.31 / 2.15 / 2.82x k = 1 on the AVX-512 VNNI
-        path (0.08-0.165 a token) and 1.18 / 1.76 / 2.76 / 3.62x on the AVX2 path (0.18-0.28).
-        The hybrid drafter and the drafting ledger price passes with it; the adaptive policy fits
-        its own line to the passes it times."""
-        if self.target.engine.engine == "gguf":
-            from anypair.kernels import simd_level
+        """What each extra token scored in one pass adds to a target step, as a share of the step:
+        the target's engine's figure (`anypair.backends.engines`, each with its measurement). The
+        hybrid drafter and the drafting ledger price passes with it; the adaptive policy fits its
+        own line to the passes it times."""
+        from anypair.backends.engines import verification_slope
 
-            return 0.15 if simd_level() == "avx512-vnni" else 0.25
-        if self.target.engine.engine == "llama.cpp":
-            # its batched decode: k = 2 / 4 / 8 cost 1.72 / 2.86 / 6.64x k = 1 (Qwen2.5-Coder-1.5B
-            # Q4_K_M, AMD EPYC, 2 threads; evaluation/measured/bench_llamacpp_target_n6.json)
-            return 0.6
-        return 0.22 if self.target.engine.weights == "fp32" and self.options.device == "cpu" else 0.05
+        return verification_slope(self.target)
 
     def _model_draft_costs(self) -> Optional[StepCosts]:
         """Timing-free step costs of drafting with the draft model (see policies.estimated_step_costs):

@@ -94,11 +94,6 @@ class GeneratorOptions:
             resolved["device"] = device
         return cls(**resolved)
 
-    @property
-    def uses_draft_model(self) -> bool:
-        """Whether the drafter named here runs the draft model (a Drafter instance brings its own)."""
-        return self.drafter in ("model", "hybrid")
-
 
 @dataclass(frozen=True)
 class GenerationRequest:

@@ -58,19 +58,15 @@ class StepCosts:
             raise ValueError(f"StepCosts needs draft_step > 0 and verify_slope >= 0, got {self}")
 
 
-# per-layer overhead of a decode step (dispatch, norms, attention, threads waking), in parameters'
-# worth of matrix work, by engine. torch: Python and dispatch per op, fitted on this project's 2-core
-# CPU in fp32 (SmolLM2-135M step 55 ms, Qwen2.5-1.5B step 270 ms). gguf (anypair's C forward): ~1 MB
-# of weights' worth, fitted on single-token steps (SmolLM2-135M Q4_1 3.4 ms, Qwen2.5-Coder-0.5B
-# 16.8 ms, -1.5B 35.5 ms; AMD EPYC, 2 threads). llama.cpp: ~4 MB (its SmolLM2 step 9.3 ms there).
-# With the torch figure on every engine a 135M gguf draft looked half a target step (and sampling,
-# then planned with these costs, never drafted).
-LAYER_OVERHEAD_PARAMS = {"torch": 7.4e6, "gguf": 0.25e6, "llama.cpp": 1.0e6}
-
-
 def layer_overhead_params(engine: str) -> float:
-    """`LAYER_OVERHEAD_PARAMS` of an engine (torch's, the dearest, for one not listed)."""
-    return LAYER_OVERHEAD_PARAMS.get(engine, LAYER_OVERHEAD_PARAMS["torch"])
+    """Per-layer overhead of a decode step (dispatch, norms, attention, threads waking), in
+    parameters' worth of matrix work: the engine's declared figure (`anypair.backends.engines`, each
+    fitted on 2 cores; torch's, the dearest, for an engine not registered). With torch's figure on
+    every engine a 135M gguf draft looked half a target step (and sampling, then planned with these
+    costs, never drafted)."""
+    from anypair.backends.engines import layer_overhead_params as declared
+
+    return declared(engine)
 
 
 def estimated_step_costs(target_params: int, target_layers: int, draft_params: int, draft_layers: int,

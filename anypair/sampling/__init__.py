@@ -6,7 +6,8 @@
     pair_vocab_map               the intersection map of a tokenizer pair, built once per pair
     intersection_probability_mass  how much target probability the intersection covers (inspect's estimate)
 
-The verifier that uses them, `anypair.verifiers.sampling.SamplingVerifier`, is re-exported here.
+The verifier that uses them is `anypair.verifiers.sampling.SamplingVerifier` (verifiers/ builds on this
+package, never the other way round).
 """
 from anypair.sampling.draft import DraftSample, pair_vocab_map, sample_draft_token
 from anypair.sampling.keyed import PositionNoise, draw_request_key, keyed_sample
@@ -14,18 +15,9 @@ from anypair.sampling.mass import intersection_probability_mass
 from anypair.sampling.warping import make_generator, warp_logits
 
 
-def __getattr__(name):  # lazy: anypair.verifiers.sampling imports this package's modules
-    if name == "SamplingVerifier":
-        from anypair.verifiers.sampling import SamplingVerifier
-
-        return SamplingVerifier
-    raise AttributeError(name)
-
-
 __all__ = [
     "DraftSample",
     "PositionNoise",
-    "SamplingVerifier",
     "draw_request_key",
     "intersection_probability_mass",
     "keyed_sample",

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from anypair.types import GenerationResult
+from anypair.types import SEED_MAX, SEED_MIN, GenerationResult
 
 # OpenAI caps stop sequences at 4; a longer list is more likely a mistake than a need
 MAX_STOP_STRINGS = 4
@@ -51,7 +51,9 @@ class _GenerationFields(_Body):
     top_k: Optional[int] = Field(
         None, ge=0, strict=True, description="an integer >= 0 (0: off, the default); not in OpenAI's API")
     seed: Optional[int] = Field(
-        None, strict=True, description="an integer: the same seed, request and server give the same sample")
+        None, ge=SEED_MIN, le=SEED_MAX, strict=True,
+        description=f"an integer from {SEED_MIN} to {SEED_MAX} (64 bits): the same seed, request and server give the "
+                    "same sample")
     stop: Union[NonEmptyStr, Annotated[list[NonEmptyStr], Field(min_length=1, max_length=MAX_STOP_STRINGS)], None] = \
         Field(None, description=f"a non-empty string or a list of 1 to {MAX_STOP_STRINGS} of them: the text ends "
                                 "before the first one")

@@ -41,10 +41,6 @@ class Translation:
     #: how many proposed bytes target_ids cover (an unfinished trailing UTF-8 character is left out)
     n_bytes: int
 
-    @property
-    def stable_target_ids(self) -> list[int]:
-        return self.target_ids[: self.n_stable]
-
 
 EMPTY_TRANSLATION = Translation(target_ids=[], n_stable=0, n_bytes=0)
 

@@ -4,6 +4,7 @@ hashed again, and the GGUF completeness check (the tensor data the header promis
 from __future__ import annotations
 
 import hashlib
+import json
 import mmap
 import os
 import struct
@@ -173,3 +174,29 @@ def check_gguf_complete(path: str | os.PathLike) -> None:
     if size < end:
         raise DamagedFileError(f"{path} is truncated: its header promises {end} bytes of header and tensor data, "
                                f"the file has {size}; {advice}")
+
+
+def folder_problem(folder: Path) -> str | None:
+    """What is wrong with a model folder, naming the file (None when nothing obvious is): damaged
+    JSON, a missing tokenizer, safetensors whose header or length is bad."""
+    from safetensors import safe_open
+
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        path = folder / name
+        if path.is_file():
+            try:
+                json.loads(path.read_text(encoding="utf-8"))
+            except (ValueError, UnicodeDecodeError) as exc:
+                return f"{path} is not valid JSON ({exc}): the file is damaged or half-written"
+    if not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer.model", "vocab.json")):
+        return f"{folder} has no tokenizer (tokenizer.json or tokenizer.model)"
+    weights = sorted(folder.glob("*.safetensors"))
+    for path in weights:
+        try:
+            with safe_open(path, framework="pt"):
+                pass
+        except Exception as exc:  # SafetensorError and OSError alike: the file is unusable
+            return f"{path} is not a readable safetensors file ({exc}): the file is damaged or truncated"
+    if not weights and not any(folder.glob("*.bin")):
+        return f"{folder} has no weights (*.safetensors)"
+    return None

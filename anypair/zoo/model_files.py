@@ -10,7 +10,7 @@ from pathlib import Path
 from anypair.errors import FetchError
 from anypair.zoo.conversion import convert_gguf, converted_dir, is_converted, require_gguf_support
 from anypair.zoo.gguf_assembly import assemble_gguf, gguf_path, has_gguf, record_stamp
-from anypair.zoo.integrity import file_stamp, sha256_of
+from anypair.zoo.integrity import file_stamp, folder_problem, sha256_of
 from anypair.zoo.paths import COMPLETE_MARKER, asset_lock
 from anypair.zoo.registry import TOKENIZER_FAMILIES, ModelAsset
 from anypair.zoo.tokenizer_files import fetch_tokenizers
@@ -45,8 +45,6 @@ def _converted_problem(model: ModelAsset, *, rehash: bool, progress: bool) -> st
     time), is hashed against the SHA-256 recorded when it was written, and a good one is stamped again.
     Conversions recorded before stamps existed are hashed once; before hashes existed, only
     `rehash` looks (whether the folder loads)."""
-    from anypair.zoo.resolve import folder_problem
-
     folder = converted_dir(model)
     marker = folder / COMPLETE_MARKER
     try:

@@ -1,7 +1,6 @@
 """Name -> location -> loaded model: zoo folder first, then a local folder, then the hub id as given."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -9,6 +8,7 @@ from typing import TYPE_CHECKING
 from anypair.errors import DamagedFileError, InputError, TokenizerError, UnknownModelError
 from anypair.zoo.conversion import converted_dir, is_converted
 from anypair.zoo.fetching import unknown_name_error
+from anypair.zoo.integrity import folder_problem
 from anypair.zoo.registry import TOKENIZER_FAMILIES, ZOO_MODELS
 from anypair.zoo.tokenizer_files import family_path, fetch_tokenizers, is_cached
 
@@ -93,32 +93,6 @@ def resolve_model(name_or_path: str | os.PathLike) -> str | Path:
     if _looks_like_hub_id(name):
         return name
     raise unknown_name_error(name)
-
-
-def folder_problem(folder: Path) -> str | None:
-    """What is wrong with a model folder, naming the file (None when nothing obvious is): damaged
-    JSON, a missing tokenizer, safetensors whose header or length is bad."""
-    from safetensors import safe_open
-
-    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"):
-        path = folder / name
-        if path.is_file():
-            try:
-                json.loads(path.read_text(encoding="utf-8"))
-            except (ValueError, UnicodeDecodeError) as exc:
-                return f"{path} is not valid JSON ({exc}): the file is damaged or half-written"
-    if not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer.model", "vocab.json")):
-        return f"{folder} has no tokenizer (tokenizer.json or tokenizer.model)"
-    weights = sorted(folder.glob("*.safetensors"))
-    for path in weights:
-        try:
-            with safe_open(path, framework="pt"):
-                pass
-        except Exception as exc:  # SafetensorError and OSError alike: the file is unusable
-            return f"{path} is not a readable safetensors file ({exc}): the file is damaged or truncated"
-    if not weights and not any(folder.glob("*.bin")):
-        return f"{folder} has no weights (*.safetensors)"
-    return None
 
 
 def hub_reachable(timeout_s: float = 3.0) -> bool:

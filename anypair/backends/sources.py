@@ -1,0 +1,106 @@
+"""What a model spec can be loaded from: its GGUF file (zoo models keep theirs), its checkpoint, or
+a model already loaded; and a GGUF member's tokenizer. The engines' loaders and the engine choice
+(`anypair.generation.members`) both ask here."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from anypair.backends.member import ModelSpec
+from anypair.errors import InputError
+
+#: the kinds of source an engine declares it loads (anypair.backends.engines.Engine.loads)
+GGUF = "gguf"  # a GGUF file: a .gguf path, a zoo model's, a folder's only one
+CHECKPOINT = "checkpoint"  # a transformers checkpoint: a hub id, a zoo model, a local folder
+LOADED = "loaded"  # a (model, hf_tokenizer) pair already in memory
+SOURCE_KINDS = (GGUF, CHECKPOINT, LOADED)
+
+
+def is_gguf_file(spec: ModelSpec) -> bool:
+    return not isinstance(spec, tuple) and str(spec).endswith(".gguf")
+
+
+def gguf_of(spec: ModelSpec) -> Optional[Path]:
+    """The GGUF file a spec names or ships with (zoo models keep theirs), None if it has none."""
+    if isinstance(spec, tuple):
+        return None
+    name = str(spec)
+    if name.endswith(".gguf"):
+        return Path(name).expanduser()
+    from anypair.zoo.registry import ZOO_MODELS
+
+    if name in ZOO_MODELS:
+        from anypair.zoo.gguf_assembly import gguf_path
+
+        return gguf_path(ZOO_MODELS[name])
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        found = sorted(folder.glob("*.gguf"))
+        return found[0] if len(found) == 1 else None
+    return None
+
+
+def source_kinds(spec: ModelSpec) -> frozenset[str]:
+    """Which kinds of source `spec` offers: a GGUF file alone, a checkpoint (and maybe its GGUF),
+    or a loaded model."""
+    if isinstance(spec, tuple):
+        return frozenset({LOADED})
+    if is_gguf_file(spec):
+        return frozenset({GGUF})
+    return frozenset({CHECKPOINT, GGUF}) if gguf_of(spec) is not None else frozenset({CHECKPOINT})
+
+
+def checked_gguf(name: str, path: Path) -> Path:
+    """A zoo model's GGUF, checked against its recorded stamp (fetched again if missing or damaged);
+    any other GGUF, checked to exist and to hold the tensor data its header promises."""
+    from anypair.zoo.registry import ZOO_MODELS
+
+    model = ZOO_MODELS.get(name)
+    if model is None:
+        from anypair.zoo.integrity import check_gguf_complete
+
+        check_gguf_complete(path)
+        return path
+    from anypair.zoo.gguf_assembly import assemble_gguf, gguf_is_intact
+    from anypair.zoo.paths import asset_lock
+
+    with asset_lock(model.folder_name):  # two processes never assemble one GGUF at once
+        return path if gguf_is_intact(model) else assemble_gguf(model)
+
+
+def member_gguf(spec: ModelSpec, engine: str) -> Path:
+    """The checked GGUF file of `spec` for the GGUF-reading engine `engine`, or a one-line error."""
+    gguf = gguf_of(spec)
+    if gguf is None:
+        raise InputError(f"{spec} has no GGUF file for the {engine} engine: give a .gguf path or a zoo model, "
+                         "or use engine='torch'")
+    gguf = checked_gguf(str(spec), gguf)
+    if not gguf.is_file():
+        raise InputError(f"no such file: {gguf}")
+    return gguf
+
+
+def gguf_tokenizer(spec: ModelSpec, gguf: Path):
+    """The HF tokenizer and generation config of a GGUF member: for a zoo model its checked tokenizer
+    (no bf16 conversion needed), else one built from the GGUF itself."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    from anypair.zoo.registry import ZOO_MODELS
+
+    name = str(spec)
+    if name in ZOO_MODELS:
+        from anypair.zoo.served_gguf import served_gguf
+
+        _, folder = served_gguf(ZOO_MODELS[name])
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        try:
+            generation = GenerationConfig.from_pretrained(folder)
+        except OSError:
+            generation = None
+        return tokenizer, generation
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    except Exception as exc:  # transformers raises many kinds here
+        raise InputError(f"could not build a tokenizer from {gguf} ({type(exc).__name__}: {exc}); "
+                         "use a model folder with its tokenizer files instead") from exc
+    return tokenizer, None
