@@ -154,3 +154,29 @@ def test_context_and_token_ids_are_checked():
     backend.crop(10)
     assert backend.cached_length == 10
     assert torch.isfinite(backend.extend([5, 6, 7], all_logits=True)).all()
+
+
+def test_the_roofline_accounts_for_a_step_part_by_part():
+    """`anypair bench --roofline`'s figures: the machine's ceilings are measured (not zero), a step's
+    parts are timed, and its bytes and multiply-adds are the model's (k rows of every quantized matrix)."""
+    from anypair.benchmarking.roofline import Ceilings, format_roofline, profile_steps, step_bytes_and_macs
+    from anypair.kernels.ops import PROFILE_PARTS
+
+    backend = _backend(SMOL, context=256)
+    ids = _real_text_ids(SMOL, 40)
+    steps = profile_steps(backend, ids, contexts=(32,), ks=(1, 3), repeats=1)
+    assert [(s.context, s.k) for s in steps] == [(32, 1), (32, 3)]
+    for step in steps:
+        assert set(step.parts_ms) == set(PROFILE_PARTS) | {"embedding", "head", "argmax"}
+        assert all(ms >= 0.0 for ms in step.parts_ms.values()) and step.parts_ms["gate_up"] > 0.0
+        assert sum(step.parts_ms.values()) <= step.total_ms * 1.05  # parts are inside the step
+    matrices = [w for layer in backend.layers for w in layer.matrices] + backend.head.weights
+    assert steps[1].int8_macs == 3 * sum(w.rows * w.cols for w in matrices)  # SmolLM2: every matrix quantized
+    assert steps[0].bytes_read == step_bytes_and_macs(backend, 32, 1)[0] > sum(w.nbytes for w in matrices)
+    assert backend.cached_length == 0 and backend.stack.profile is None  # left as found, profiling off
+    from anypair.kernels import simd_level
+
+    ceilings = Ceilings.measure(threads=2)
+    assert ceilings.read_bytes_per_s > 1e8
+    assert ceilings.int8_macs_per_s > 1e9 if simd_level() != "portable" else ceilings.int8_macs_per_s == 0.0
+    assert "roofline" in str(format_roofline(ceilings, steps).title)
