@@ -357,3 +357,57 @@ def test_a_thread_pool_released_comes_back_on_the_next_call(real_matrices):
     before = group(x, threads=2)[0]
     assert release_thread_pool()
     assert torch.equal(group(x, threads=2)[0], before)
+
+
+# -- the C/Python boundary (anypair/kernels/binding.py against csrc/ap_api.h and the compiled library) --
+
+def test_the_binding_matches_the_compiled_structs():
+    from anypair.kernels.binding import c_layout, python_layout
+
+    compiled, mirrored = c_layout(load_library()), python_layout()
+    assert compiled == mirrored
+    assert {"ap_weight.size", "ap_model.size", "ap_layer.size", "ap_layer.qkv"} <= set(compiled)
+
+
+def test_a_struct_changed_on_one_side_only_is_refused_at_load(monkeypatch):
+    """A field the C side does not have (or lays out elsewhere) must stop the load with one line
+    naming it, never let Python write a forward's arguments at the wrong offsets."""
+    import ctypes
+
+    from anypair.kernels import binding
+
+    class ModelWithAnExtraField(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_int)] + list(binding.ApModel._fields_)
+
+    monkeypatch.setitem(binding.STRUCTS, "ap_model", ModelWithAnExtraField)
+    with pytest.raises(binding.BindingMismatch, match=r"ap_model\.\w+: .* in the compiled kernels"):
+        binding.bind(load_library())
+
+
+def test_every_exported_prototype_has_the_bindings_signature():
+    """csrc/ap_api.h's prototypes and binding.SIGNATURES name the same functions with the same types."""
+    import ctypes
+    import re
+    from pathlib import Path
+
+    from anypair.kernels.binding import SIGNATURES
+    from anypair.kernels.build import SOURCE_DIR
+
+    c_types = {"int": ctypes.c_int, "long": ctypes.c_long, "float": ctypes.c_float, "size_t": ctypes.c_size_t,
+               "uint64_t": ctypes.c_uint64, "void": None}
+
+    def ctype(declaration: str):
+        declaration = re.sub(r"\b(const|restrict)\b", "", declaration).strip()
+        if "*" in declaration:
+            return ctypes.c_char_p if declaration.replace(" ", "").startswith("char*") else ctypes.c_void_p
+        return c_types[declaration.split()[0]]
+
+    header = (Path(SOURCE_DIR) / "ap_api.h").read_text()
+    prototypes = re.findall(r"^([A-Za-z_][\w ]*?[\s*]+)(ap_\w+)\(([^)]*)\);", header, flags=re.M)
+    assert len(prototypes) >= 15
+    declared = {}
+    for returns, name, parameters in prototypes:
+        arguments = [] if parameters.strip() == "void" else [
+            ctype(re.sub(r"\w+(\[\d*\])?$", "", p.strip()) or p) for p in parameters.split(",")]
+        declared[name] = (ctype(returns), arguments)
+    assert declared == SIGNATURES

@@ -72,7 +72,7 @@ class Engine:
 def _kernel_path_slope(member: "LoadedModel") -> float:
     from anypair.kernels import simd_level
 
-    return 0.15 if simd_level() == "avx512-vnni" else 0.25
+    return 0.15 if simd_level() == "avx512-vnni" else 0.2
 
 
 def _torch_slope(member: "LoadedModel") -> float:
@@ -112,8 +112,9 @@ BUILT_IN_ENGINES = (
     Engine(name="gguf", loader="anypair.backends.quantized_gguf:load_gguf_member", sources=frozenset({GGUF}),
            bitwise_invariant=True, exact_target=True, verification_slope=_kernel_path_slope,
            slope_source="the kernel path's: Qwen2.5-Coder-1.5B Q4_K_M on 2 cores of an AMD EPYC, k = 2 / 4 / 8 / 12 "
-                        "cost 1.08 / 1.31 / 2.15 / 2.82x k = 1 with AVX-512 VNNI (0.15) and 1.18 / 1.76 / 2.76 / "
-                        "3.62x with AVX2 (0.25)",
+                        "cost 1.08 / 1.31 / 2.15 / 2.82x k = 1 with AVX-512 VNNI (0.15) and, since Q6_K is read as bytes "
+                        "on AVX2, 1.15 / 1.46 / 2.57 / 3.76x with AVX2 (0.2: the least-squares slope up to k = 8; "
+                        "evaluation/measured/bench_engine_roofline_zen3_n10.json)",
            # anypair's C forward: ~1 MB of weights' worth per layer, fitted on single-token steps
            # (SmolLM2-135M Q4_1 3.4 ms, Qwen2.5-Coder-0.5B 16.8 ms, -1.5B 35.5 ms; AMD EPYC, 2 threads)
            layer_overhead_params=0.25e6, unavailable=_no_compiler, runs=_gguf_engine_runs),

@@ -102,34 +102,10 @@ def load_library() -> ctypes.CDLL:
         if _library is None:
             import torch  # noqa: F401  (load torch's OpenMP runtime first: the kernels then share its threads)
 
-            lib = ctypes.CDLL(str(library_path()))
-            _declare(lib)
-            _library = lib
+            from anypair.kernels.binding import bind
+
+            _library = bind(ctypes.CDLL(str(library_path())))
         return _library
-
-
-def _declare(lib: ctypes.CDLL) -> None:
-    p, i = ctypes.c_void_p, ctypes.c_int
-    lib.ap_simd_level.restype = i
-    lib.ap_type_supported.argtypes = [i]
-    lib.ap_linear.argtypes = [p, i, p, i, i, p, i, i]
-    lib.ap_linear.restype = i
-    lib.ap_packed_bytes.argtypes = [i, i, i]
-    lib.ap_packed_bytes.restype = ctypes.c_size_t
-    lib.ap_repack.argtypes = [i, p, ctypes.c_size_t, i, i, p, i]
-    lib.ap_repack.restype = i
-    lib.ap_dequant_rows.argtypes = [p, p, i, p]
-    lib.ap_dequant_rows.restype = i
-    lib.ap_quantize_rows.argtypes = [p, i, i, i, p, p, p, p, i]
-    lib.ap_quantize_rows.restype = None
-    lib.ap_rmsnorm.argtypes = [p, p, i, i, ctypes.c_float, p, i]
-    lib.ap_rmsnorm.restype = None
-    lib.ap_silu_mul.argtypes = [p, p, ctypes.c_long, i]
-    lib.ap_silu_mul.restype = None
-    lib.ap_exp.argtypes = [p, p, i, i]
-    lib.ap_exp.restype = None
-    lib.ap_attention.argtypes = [p, p, p, i, i, i, i, i, i, ctypes.c_float, i, p, i, i]
-    lib.ap_attention.restype = i
 
 
 def release_thread_pool() -> bool:

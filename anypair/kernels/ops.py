@@ -18,6 +18,9 @@ from typing import Literal, Optional, Sequence
 import numpy as np
 import torch
 
+from anypair.kernels.binding import ApLayer as _ApLayer
+from anypair.kernels.binding import ApModel as _ApModel
+from anypair.kernels.binding import ApWeight as _ApWeight
 from anypair.kernels.build import load_library
 
 #: ggml types with a kernel of their own (others are widened to F32 at load)
@@ -34,11 +37,6 @@ def _path_code(path: KernelPath, use_reference: bool) -> int:
     if path not in _PATH_CODES:
         raise ValueError(f"kernel path {path!r}: one of {', '.join(_PATH_CODES)}")
     return _PATH_CODES["reference" if use_reference else path]
-
-
-class _ApWeight(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("N", ctypes.c_int), ("K", ctypes.c_int), ("row_bytes", ctypes.c_size_t),
-                ("data", ctypes.c_void_p), ("bias", ctypes.c_void_p)]
 
 
 def simd_level() -> str:
@@ -182,19 +180,6 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, sta
 #: the parts of a forward that `LayerStack.profile` times, in csrc/forward.c's order
 PROFILE_PARTS = ("norms", "qkv", "rope+cache", "attention", "attn_out", "gate_up", "silu", "down", "residual")
 
-class _ApModel(ctypes.Structure):
-    _fields_ = [("hidden", ctypes.c_int), ("heads", ctypes.c_int), ("kv_heads", ctypes.c_int),
-                ("head_dim", ctypes.c_int), ("ffn", ctypes.c_int), ("max_len", ctypes.c_int),
-                ("rope_halves", ctypes.c_int), ("rms_eps", ctypes.c_float), ("attn_scale", ctypes.c_float),
-                ("rope_cos", ctypes.c_void_p), ("rope_sin", ctypes.c_void_p)]
-
-
-class _ApLayer(ctypes.Structure):
-    _fields_ = [("attn_norm", ctypes.c_void_p), ("ffn_norm", ctypes.c_void_p), ("qkv", _ApWeight * 3),
-                ("attn_out", _ApWeight), ("gate_up", _ApWeight * 2), ("down", _ApWeight),
-                ("k_cache", ctypes.c_void_p), ("v_cache", ctypes.c_void_p)]
-
-
 @dataclass
 class DecoderLayer:
     """One llama/qwen2 decoder layer: its norms, its matrices as GGUF blocks, its KV cache."""
@@ -250,9 +235,6 @@ class LayerStack:
                                     layer.down._struct, layer.k_cache.data_ptr(), layer.v_cache.data_ptr()))
         self._layers = (_ApLayer * len(structs))(*structs)
         self._lib = load_library()
-        self._lib.ap_layers_forward.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
-                                                ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
-        self._lib.ap_layers_forward.restype = ctypes.c_int
         #: seconds per part of the forward (PROFILE_PARTS order), summed over calls while profiling is on
         self.profile: Optional[np.ndarray] = None
 
@@ -278,8 +260,6 @@ def read_bandwidth(threads: int, megabytes: int = 512, repeats: int = 5) -> floa
     import time
 
     lib = load_library()
-    lib.ap_stream_read.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    lib.ap_stream_read.restype = ctypes.c_uint64
     size = megabytes << 20
     raw = np.ones(size + 64, dtype=np.uint8)  # written once: every page is real memory
     offset = (-raw.ctypes.data) % 64
@@ -299,8 +279,6 @@ def int8_peak(threads: int, path: KernelPath = "best", iterations: int = 2_000_0
     import time
 
     lib = load_library()
-    lib.ap_int8_peak.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
-    lib.ap_int8_peak.restype = ctypes.c_long
     sink = np.zeros(max(threads, 1) * 4 + 64, dtype=np.int32)
     use_avx2 = int(path == "avx2")
     lib.ap_int8_peak(iterations // 10, threads, use_avx2, sink.ctypes.data)

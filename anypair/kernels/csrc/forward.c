@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "ap_common.h"
+#include "ap_api.h"
 
 // Where a forward's time goes (`anypair bench`'s roofline): seconds added per part when the caller
 // passes an array of AP_PROFILE_PARTS doubles, nothing measured when it passes NULL.
@@ -28,25 +28,6 @@ static void charge(double *profile, int part, double *mark) {
     profile[part] += t - *mark;
     *mark = t;
 }
-
-int ap_linear(const ap_weight *ws, int nw, const float *x, int M, int K, float *const *ys, int nthreads, int path);
-void ap_rmsnorm(const float *x, const float *w, int M, int n, float eps, float *y, int use_ref);
-void ap_silu_mul(float *gate, const float *up, long n, int use_ref);
-int ap_attention(const float *q, const uint16_t *k_cache, const uint16_t *v_cache, int L_max, int start, int M,
-                 int Hq, int Hkv, int D, float scale, int window, float *out, int nthreads, int use_ref);
-
-typedef struct {
-    int hidden, heads, kv_heads, head_dim, ffn, max_len;
-    int rope_halves;  // 1: NeoX pairs (i, i + D/2) as qwen2; 0: adjacent pairs (2i, 2i + 1) as llama in GGUF
-    float rms_eps, attn_scale;
-    const float *rope_cos, *rope_sin;  // [max_len][D/2]
-} ap_model;
-
-typedef struct {
-    const float *attn_norm, *ffn_norm;
-    ap_weight qkv[3], attn_out, gate_up[2], down;
-    uint16_t *k_cache, *v_cache;  // [kv_heads][max_len][head_dim] fp16
-} ap_layer;
 
 static void rotate(float *x, int heads, const ap_model *m, int pos) {
     const int D = m->head_dim, half = D / 2;

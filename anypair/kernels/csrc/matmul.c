@@ -9,7 +9,7 @@
 
 #include <omp.h>
 
-#include "ap_common.h"
+#include "ap_api.h"
 
 #define AP_CHUNK_ROWS AP_GROUP  // weight rows per scheduled piece of work: one interleaved group
 

@@ -10,7 +10,7 @@
 
 #include <omp.h>
 
-#include "ap_common.h"
+#include "ap_api.h"
 
 // ---- exp: one polynomial, written twice (scalar, AVX2) with the same operations -----------------
 // Cephes' expf: x = n ln2 + r, |r| <= ln2/2, exp(r) by a degree-6 polynomial, times 2^n.

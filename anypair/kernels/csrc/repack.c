@@ -5,7 +5,7 @@
 // those of the GGUF weights. Groups are independent, so the repack runs on all threads.
 #include <omp.h>
 
-#include "ap_common.h"
+#include "ap_api.h"
 
 // the layout a build reads Q6_K in: bytes on AVX2 and portable builds, 6 bits on AVX-512 (ap_common.h)
 static int q6_K_layout(void) {

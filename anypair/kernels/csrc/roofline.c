@@ -7,7 +7,7 @@
 #include <omp.h>
 #include <stdint.h>
 
-#include "ap_common.h"
+#include "ap_api.h"
 
 // Read `bytes` of `buffer` (64-byte aligned, bytes % 256 == 0) split in equal contiguous parts over
 // `nthreads` threads, as a streaming linear kernel reads its weights; returns a checksum so that the

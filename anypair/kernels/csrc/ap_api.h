@@ -1,0 +1,50 @@
+// What the library exports: the structs Python fills and every function it calls. This header is the
+// one declaration of the C/Python boundary on the C side; anypair/kernels/binding.py mirrors it (ctypes
+// structs and signatures), abi.c exports the structs' sizes and offsets so that the binding is checked
+// against the compiled library at load, and tests/test_quant_kernels.py checks the binding's
+// signatures against the prototypes below.
+#ifndef ANYPAIR_API_H
+#define ANYPAIR_API_H
+
+#include "ap_common.h"
+
+// A llama/qwen2 model's shape for ap_layers_forward.
+typedef struct {
+    int hidden, heads, kv_heads, head_dim, ffn, max_len;
+    int rope_halves;  // 1: NeoX pairs (i, i + D/2) as qwen2; 0: adjacent pairs (2i, 2i + 1) as llama in GGUF
+    float rms_eps, attn_scale;
+    const float *rope_cos, *rope_sin;  // [max_len][D/2]
+} ap_model;
+
+// One decoder layer: norms, matrices (ap_weight, ap_common.h) and its fp16 KV cache.
+typedef struct {
+    const float *attn_norm, *ffn_norm;
+    ap_weight qkv[3], attn_out, gate_up[2], down;
+    uint16_t *k_cache, *v_cache;  // [kv_heads][max_len][head_dim] fp16
+} ap_layer;
+
+// matmul.c
+int ap_simd_level(void);
+int ap_type_supported(int type);
+int ap_linear(const ap_weight *ws, int nw, const float *x, int M, int K, float *const *ys, int nthreads, int path);
+int ap_dequant_rows(const ap_weight *w, const int64_t *rows, int n, float *out);
+void ap_quantize_rows(const float *x, int M, int K, int block, int8_t *q, float *d, int16_t *s16, int16_t *s32, int path);
+// repack.c
+size_t ap_packed_bytes(int ggml_type, int N, int K);
+int ap_repack(int ggml_type, const uint8_t *rows, size_t row_bytes, int N, int K, uint8_t *out, int nthreads);
+// ops.c
+void ap_exp(const float *x, float *y, int n, int use_ref);
+void ap_rmsnorm(const float *x, const float *w, int M, int n, float eps, float *y, int use_ref);
+void ap_silu_mul(float *gate, const float *up, long n, int use_ref);
+int ap_attention(const float *q, const uint16_t *k_cache, const uint16_t *v_cache, int L_max, int start, int M, int Hq, int Hkv, int D, float scale, int window, float *out, int nthreads, int use_ref);
+// forward.c
+int ap_profile_parts(void);
+int ap_layers_forward(const ap_model *m, const ap_layer *layers, int n_layers, float *x, int start, int M, int nthreads, int path, double *profile);
+// roofline.c
+uint64_t ap_stream_read(const uint8_t *buffer, size_t bytes, int nthreads);
+long ap_int8_peak(long iterations, int nthreads, int use_avx2, int32_t *sink);
+// abi.c
+int ap_abi_layout(int64_t *values, int capacity);
+const char *ap_abi_names(void);
+
+#endif
