@@ -9,14 +9,21 @@ with up to any number of others: verification is exact with no tolerance at all.
 The forward is gpt-fast's: one function for "k new tokens after a cached prefix"; a KV cache
 preallocated per layer in fp16 and written by position, so a rollback is moving a length; no mask
 tensors; grouped-query attention reads each KV head once. Prefill runs through the same forward in
-chunks. Architectures: llama (SmolLM2, Llama) and qwen2 (Qwen2/2.5, biases on q/k/v). llama.cpp's
-converter stores llama's q/k rows permuted for its adjacent-pairs rotary; the rotary here follows
-the file's layout (adjacent pairs for llama, halves for qwen2), which is the same function of the
-weights, so no row is moved.
+chunks. Architectures (ARCHITECTURES), each read from the GGUF's own metadata and tensors:
+llama (SmolLM2, Llama, CodeLlama, Mistral: a declared sliding window, linear or Llama-3 rope scaling),
+qwen2 (biases on q/k/v), qwen3 (per-head q/k RMSNorm), phi3 (fused qkv and gate/up, split by rows at
+load: a row's dot product is the same bits either way; long-context rope factors), gemma2 and gemma3
+(embeddings times sqrt(hidden), GELU-tanh gating, norms after attention and MLP, alternating
+sliding-window and global layers, gemma2's soft-capped scores and logits, gemma3's q/k norms and
+local rotary base). llama.cpp's converter stores llama's q/k rows permuted for its adjacent-pairs
+rotary; the rotary here follows the file's layout (adjacent pairs for llama, halves for the others),
+which is the same function of the weights, so no row is moved. Gemma's converter stores its norms
+as 1 + w, so every norm is the plain RMSNorm here.
 """
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -33,12 +40,44 @@ from anypair.errors import InputError
 
 logger = logging.getLogger("anypair")
 
-#: architectures this forward implements (others keep the torch engine)
-ARCHITECTURES = ("llama", "qwen2")
+
+@dataclass(frozen=True)
+class Architecture:
+    """What sets an architecture's forward apart, beyond what its metadata and tensors say."""
+
+    rope_pairs: str  # "adjacent" (llama in GGUF layout) or "halves" (NeoX style)
+    activation: str = "silu"  # the MLP's gate: "silu" or "gelu_tanh"
+    embedding_scale: bool = False  # embeddings times sqrt(hidden) (gemma)
+    fused: bool = False  # q/k/v in one attn_qkv matrix, gate and up in one ffn_up (phi3)
+    global_every: int = 0  # > 0: every n-th layer attends globally, the others in the sliding window (gemma)
+    local_rope_base: Optional[float] = None  # the sliding layers' own rotary base (gemma3)
+
+
+#: architectures this forward implements (others keep the torch engine or llama.cpp)
+ARCHITECTURES = {
+    "llama": Architecture("adjacent"),
+    "qwen2": Architecture("halves"),
+    "qwen3": Architecture("halves"),
+    "phi3": Architecture("halves", fused=True),
+    "gemma2": Architecture("halves", activation="gelu_tanh", embedding_scale=True, global_every=2),
+    "gemma3": Architecture("halves", activation="gelu_tanh", embedding_scale=True, global_every=6,
+                           local_rope_base=10000.0),
+}
 #: the default context when the option is unset: min(the model's trained context, this)
 DEFAULT_CONTEXT = 8192
 #: prompt tokens per forward call during prefill (bounds the activations' memory, not the numerics)
 PREFILL_CHUNK = 64
+
+
+@dataclass(frozen=True)
+class RopeSpec:
+    """One rotary table's definition: angle(pos, i) = pos * scale * base^(-2i/D) / factors[i], and
+    cos/sin times attn_factor (phi3's long-context magnitude correction)."""
+
+    base: float
+    scale: float = 1.0  # linear position scaling (1 / rope.scaling.factor)
+    factors: Optional[tuple[float, ...]] = None  # per frequency (Llama-3's rope_freqs, phi3's long/short factors)
+    attn_factor: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -53,9 +92,22 @@ class ModelShape:
     head_dim: int
     rms_eps: float
     rope_base: float
-    rope_pairs: str  # "adjacent" (llama in GGUF layout) or "halves" (NeoX style: qwen2)
+    rope_pairs: str  # "adjacent" (llama in GGUF layout) or "halves" (NeoX style)
     trained_context: int
     vocab: int
+    activation: str = "silu"
+    embedding_scale: float = 1.0
+    attn_scale: float = 0.0  # 0: 1 / sqrt(head_dim)
+    attn_softcap: float = 0.0
+    final_softcap: float = 0.0
+    windows: tuple[int, ...] = ()  # per layer: > 0 sliding window, 0 global
+    global_rope: Optional[RopeSpec] = None
+    local_rope: Optional[RopeSpec] = None  # the sliding layers' table where it differs (gemma3)
+
+    def rope_of(self, layer: int) -> RopeSpec:
+        if self.local_rope is not None and self.windows and self.windows[layer] > 0:
+            return self.local_rope
+        return self.global_rope or RopeSpec(self.rope_base)
 
 
 def gguf_architecture(path: Path) -> str:
@@ -63,44 +115,129 @@ def gguf_architecture(path: Path) -> str:
     return GGUFFile(path).architecture
 
 
-def read_shape(gguf: GGUFFile) -> ModelShape:
+def _refuse(arch: str, what: str) -> InputError:
+    return InputError(f"the GGUF engine does not run this {arch} file: {what}; use engine='llama.cpp' (or 'torch')")
+
+
+def read_shape(gguf: GGUFFile, context: Optional[int] = None) -> ModelShape:
+    """The model's shape from its GGUF metadata; `context` (the engine's) picks phi3's short or long
+    rope factors as llama.cpp does. Anything the forward cannot run is refused in one line."""
     arch, tensors = gguf.architecture, gguf.tensors
     if arch not in ARCHITECTURES:
         raise InputError(f"the GGUF engine runs {', '.join(ARCHITECTURES)} models, not {arch!r}: "
-                         "use engine='torch' (or 'llama.cpp')")
+                         "use engine='llama.cpp' (or 'torch')")
+    traits = ARCHITECTURES[arch]
     get = lambda key, default=None: gguf.metadata.get(f"{arch}.{key}", default)  # noqa: E731
     hidden, heads = int(get("embedding_length")), int(get("attention.head_count"))
+    layers = int(get("block_count"))
+    head_dim = int(get("attention.key_length", hidden // heads))
+    if int(get("attention.value_length", head_dim)) != head_dim:
+        raise _refuse(arch, "its value heads differ in size from its key heads")
+    if int(get("rope.dimension_count", head_dim)) != head_dim:
+        raise _refuse(arch, "its rotary covers only part of each head")
+    if head_dim % 8:
+        raise _refuse(arch, f"a head of {head_dim} values is not a multiple of 8")
+    trained = int(get("context_length", 4096))
+    base = float(get("rope.freq_base", 10000.0))
+    global_rope = RopeSpec(base, *_rope_scaling(gguf, arch, head_dim, trained, context))
+    window = int(get("attention.sliding_window", 0) or 0)
+    if traits.global_every:  # gemma: layer i is global when (i + 1) % n == 0 (transformers' layer_types)
+        windows = tuple(0 if (i + 1) % traits.global_every == 0 else window for i in range(layers))
+    else:
+        windows = (window,) * layers
+    local_rope = None
+    if traits.local_rope_base is not None:  # llama.cpp: local layers keep base 10000 and no scaling
+        local_rope = RopeSpec(float(get("rope.freq_base_swa", traits.local_rope_base)))
+    attn_scale = float(get("attention.scale", 0.0) or 0.0)
+    if arch in ("gemma2", "gemma3") and not attn_scale:
+        # the query's pre-attention scale, as llama.cpp has it: hidden / heads for the 27B models
+        # (46 and 62 layers), the head size otherwise
+        big = (arch == "gemma2" and layers == 46) or (arch == "gemma3" and layers == 62)
+        attn_scale = 1.0 / math.sqrt(hidden / heads if big else head_dim)
     return ModelShape(
-        architecture=arch, layers=int(get("block_count")), hidden=hidden, heads=heads,
-        kv_heads=int(get("attention.head_count_kv", heads)),
-        head_dim=int(get("attention.key_length", hidden // heads)),
-        rms_eps=float(get("attention.layer_norm_rms_epsilon", 1e-6)),
-        rope_base=float(get("rope.freq_base", 10000.0)),
-        rope_pairs="adjacent" if arch == "llama" else "halves",
-        trained_context=int(get("context_length", 4096)),
-        vocab=int(tensors["token_embd.weight"].shape[1]),
-    )
+        architecture=arch, layers=layers, hidden=hidden, heads=heads,
+        kv_heads=int(get("attention.head_count_kv", heads)), head_dim=head_dim,
+        rms_eps=float(get("attention.layer_norm_rms_epsilon", 1e-6)), rope_base=base,
+        rope_pairs=traits.rope_pairs, trained_context=trained,
+        vocab=int(tensors["token_embd.weight"].shape[1]), activation=traits.activation,
+        embedding_scale=math.sqrt(hidden) if traits.embedding_scale else 1.0, attn_scale=attn_scale,
+        attn_softcap=float(get("attn_logit_softcapping", 0.0) or 0.0),
+        final_softcap=float(get("final_logit_softcapping", 0.0) or 0.0),
+        windows=windows, global_rope=global_rope, local_rope=local_rope)
 
 
-def _decoder_layer(index: int, tensors: dict, cache_shape: tuple[int, ...], release: Callable[[np.ndarray], None]):
+def _rope_scaling(gguf: GGUFFile, arch: str, head_dim: int, trained: int,
+                  context: Optional[int]) -> tuple[float, Optional[tuple[float, ...]], float]:
+    """(linear scale, per-frequency factors, attn_factor) of the file's rope scaling."""
+    get = lambda key, default=None: gguf.metadata.get(f"{arch}.{key}", default)  # noqa: E731
+    kind = str(get("rope.scaling.type", "none") or "none")
+    scale, factors, attn_factor = 1.0, None, 1.0
+    if kind == "linear":
+        scale = 1.0 / float(get("rope.scaling.factor", 1.0))
+    elif kind not in ("none", "longrope"):
+        raise _refuse(arch, f"rope scaling {kind!r} is not implemented here")
+    tensors = gguf.tensors
+    if "rope_freqs.weight" in tensors:  # Llama-3.1's frequency factors
+        factors = tuple(float(v) for v in _float_tensor(tensors["rope_freqs.weight"]))
+    elif "rope_factors_long.weight" in tensors:  # phi3 long-context: long factors past the original context
+        original = int(get("rope.scaling.original_context_length", trained))
+        long = min(trained, context or DEFAULT_CONTEXT) > original
+        factors = tuple(float(v) for v in _float_tensor(tensors[f"rope_factors_{'long' if long else 'short'}.weight"]))
+        default = math.sqrt(1 + math.log(trained / original) / math.log(original)) if trained > original else 1.0
+        attn_factor = float(get("rope.scaling.attn_factor", default) or default)
+    if factors is not None and len(factors) != head_dim // 2:
+        raise _refuse(arch, f"{len(factors)} rope factors for {head_dim // 2} frequencies")
+    return scale, factors, attn_factor
+
+
+def rope_table(spec: RopeSpec, head_dim: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of every position's rotary angles [length, head_dim / 2], in float64 then rounded
+    once (the table is the engine's definition; only its consistency matters)."""
+    inv_freq = spec.base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    if spec.factors is not None:
+        inv_freq = inv_freq / torch.tensor(spec.factors, dtype=torch.float64)
+    angles = (torch.arange(length, dtype=torch.float64) * spec.scale)[:, None] * inv_freq[None, :]
+    return (angles.cos() * spec.attn_factor).float(), (angles.sin() * spec.attn_factor).float()
+
+
+def _decoder_layer(index: int, shape: ModelShape, tensors: dict, cache_shape: tuple[int, ...],
+                   release: Callable[[np.ndarray], None], rope: tuple[torch.Tensor, torch.Tensor]):
     from anypair.kernels import QuantWeight
     from anypair.kernels.ops import DecoderLayer
 
-    def weight(name: str) -> QuantWeight:
+    def weight(name: str, rows: Optional[tuple[int, int]] = None) -> QuantWeight:
         bias = tensors.get(f"blk.{index}.{name}.bias")
-        matrix = QuantWeight.from_gguf_tensor(tensors[f"blk.{index}.{name}.weight"],
-                                              None if bias is None else _float_tensor(bias))
-        if matrix.packed is not None:  # the kernels read their interleaved copy: the file's pages may go
+        if bias is not None:
+            bias = _float_tensor(bias)
+            bias = bias if rows is None else bias[rows[0]:rows[1]].contiguous()
+        matrix = QuantWeight.from_gguf_tensor(tensors[f"blk.{index}.{name}.weight"], bias, rows=rows)
+        if matrix.packed is not None and rows is None:  # the kernels read their interleaved copy: the file's pages may go
             release(matrix.data)
         return matrix
 
+    def norm(name: str) -> Optional[torch.Tensor]:
+        tensor = tensors.get(f"blk.{index}.{name}.weight")
+        return None if tensor is None else _float_tensor(tensor)
+
+    if f"blk.{index}.attn_qkv.weight" in tensors:  # phi3: q, k, v stacked by rows
+        q_rows, kv_rows = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+        q, k, v = (weight("attn_qkv", (a, b)) for a, b in
+                   ((0, q_rows), (q_rows, q_rows + kv_rows), (q_rows + kv_rows, q_rows + 2 * kv_rows)))
+    else:
+        q, k, v = weight("attn_q"), weight("attn_k"), weight("attn_v")
+    if f"blk.{index}.ffn_gate.weight" in tensors:
+        gate, up = weight("ffn_gate"), weight("ffn_up")
+    else:  # phi3: gate then up in one ffn_up (transformers' gate_up_proj.chunk(2))
+        ffn = int(tensors[f"blk.{index}.ffn_up.weight"].shape[1]) // 2
+        gate, up = weight("ffn_up", (0, ffn)), weight("ffn_up", (ffn, 2 * ffn))
     # zero pages are mapped lazily: an unused long context costs address space, not memory
     return DecoderLayer(
-        attn_norm=_float_tensor(tensors[f"blk.{index}.attn_norm.weight"]),
-        ffn_norm=_float_tensor(tensors[f"blk.{index}.ffn_norm.weight"]),
-        q=weight("attn_q"), k=weight("attn_k"), v=weight("attn_v"), attn_out=weight("attn_output"),
-        gate=weight("ffn_gate"), up=weight("ffn_up"), down=weight("ffn_down"),
-        k_cache=torch.zeros(cache_shape, dtype=torch.float16), v_cache=torch.zeros(cache_shape, dtype=torch.float16))
+        attn_norm=norm("attn_norm"), ffn_norm=norm("ffn_norm"),
+        q=q, k=k, v=v, attn_out=weight("attn_output"), gate=gate, up=up, down=weight("ffn_down"),
+        k_cache=torch.zeros(cache_shape, dtype=torch.float16), v_cache=torch.zeros(cache_shape, dtype=torch.float16),
+        post_attn_norm=norm("post_attention_norm"), post_ffn_norm=norm("post_ffw_norm"),
+        q_norm=norm("attn_q_norm"), k_norm=norm("attn_k_norm"), rope=rope,
+        window=shape.windows[index] if shape.windows else 0)
 
 
 def _float_tensor(tensor) -> torch.Tensor:
@@ -113,7 +250,7 @@ def _float_tensor(tensor) -> torch.Tensor:
 
 
 class QuantizedGGUFBackend(ModelBackend):
-    """A llama/qwen2 GGUF on anypair's batch-invariant kernels, behind extend/crop/reset."""
+    """A GGUF of one of ARCHITECTURES on anypair's batch-invariant kernels, behind extend/crop/reset."""
 
     bitwise_batch_invariant = True
 
@@ -127,7 +264,7 @@ class QuantizedGGUFBackend(ModelBackend):
         self.name = name
         gguf = GGUFFile(self.path)  # memory-maps the file; tensors are views into it
         tensors = gguf.tensors
-        self.shape = shape = read_shape(gguf)
+        self.shape = shape = read_shape(gguf, context)
         self.vocab_size = shape.vocab
         self.max_context = min(shape.trained_context, context or DEFAULT_CONTEXT)
         self.threads = int(threads or torch.get_num_threads())
@@ -137,7 +274,13 @@ class QuantizedGGUFBackend(ModelBackend):
                                  else QuantWeight.from_gguf_tensor(output)])
         self.output_norm = _float_tensor(tensors["output_norm.weight"])
         cache_shape = (shape.kv_heads, self.max_context, shape.head_dim)
-        self.layers = [_decoder_layer(i, tensors, cache_shape, gguf.release_pages) for i in range(shape.layers)]
+        tables: dict[RopeSpec, tuple[torch.Tensor, torch.Tensor]] = {}  # one table per distinct rotary
+        for i in range(shape.layers):
+            spec = shape.rope_of(i)
+            if spec not in tables:
+                tables[spec] = rope_table(spec, shape.head_dim, self.max_context)
+        self.layers = [_decoder_layer(i, shape, tensors, cache_shape, gguf.release_pages, tables[shape.rope_of(i)])
+                       for i in range(shape.layers)]
         self.num_layers = shape.layers
         matrices = [w for layer in self.layers for w in layer.matrices]
         for weight in self.head.weights + [self.embedding]:
@@ -146,10 +289,11 @@ class QuantizedGGUFBackend(ModelBackend):
         self.weight_types = sorted({w.type_name for w in matrices} | {w.type_name for w in self.head.weights})
         self.weights_bytes = sum(w.nbytes for w in matrices) + self.embedding.nbytes \
             + sum(w.nbytes for w in self.head.weights if w is not self.embedding)
-        cos, sin = self._rope_tables()
+        cos, sin = tables[shape.rope_of(shape.layers - 1)]
         self.stack = LayerStack(self.layers, hidden=shape.hidden, heads=shape.heads, kv_heads=shape.kv_heads,
                                 head_dim=shape.head_dim, rms_eps=shape.rms_eps, rope_cos=cos, rope_sin=sin,
-                                rope_halves=shape.rope_pairs == "halves")
+                                rope_halves=shape.rope_pairs == "halves", activation=shape.activation,
+                                attn_scale=shape.attn_scale or None, attn_softcap=shape.attn_softcap)
         self._length = 0
         self._gguf = gguf  # keeps the memory map alive
         self._outside_layers: Optional[dict[str, float]] = None  # seconds of the parts timed in Python, while profiling
@@ -168,14 +312,6 @@ class QuantizedGGUFBackend(ModelBackend):
         parts.update(self._outside_layers or {})
         self._outside_layers = None
         return parts
-
-    def _rope_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin of every position's rotary angles [max_context, head_dim / 2], in float64 then
-        rounded once (the table is the engine's definition; only its consistency matters)."""
-        dim = self.shape.head_dim
-        inv_freq = self.shape.rope_base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
-        angles = torch.arange(self.max_context, dtype=torch.float64)[:, None] * inv_freq[None, :]
-        return angles.cos().float(), angles.sin().float()
 
     # -- the ModelBackend interface ---------------------------------------------------------------
 
@@ -214,12 +350,14 @@ class QuantizedGGUFBackend(ModelBackend):
 
     @torch.inference_mode()
     def _forward(self, ids: list[int], all_logits: Optional[bool]) -> Optional[torch.Tensor]:
-        from anypair.kernels import dequant_rows, rmsnorm
+        from anypair.kernels import dequant_rows, rmsnorm, softcap
 
         start = self._length
         profile = self._outside_layers
         t0 = time.perf_counter() if profile is not None else 0.0
         rows = dequant_rows(self.embedding, ids)
+        if self.shape.embedding_scale != 1.0:  # gemma: one rounded multiply per element, any batch gives these bits
+            rows.mul_(self.shape.embedding_scale)
         if profile is not None:
             profile["embedding"] += time.perf_counter() - t0
         x = self.stack(rows, start, self.threads)
@@ -229,6 +367,8 @@ class QuantizedGGUFBackend(ModelBackend):
         t0 = time.perf_counter() if profile is not None else 0.0
         last = x if all_logits else x[-1:]
         logits = self.head(rmsnorm(last.contiguous(), self.output_norm, self.shape.rms_eps), self.threads)[0]
+        if self.shape.final_softcap:
+            softcap(logits, self.shape.final_softcap)
         if profile is not None:
             profile["head"] += time.perf_counter() - t0
         return logits if all_logits else logits[0]

@@ -24,18 +24,21 @@ class ApWeight(ctypes.Structure):
 
 
 class ApModel(ctypes.Structure):
-    """ap_model (ap_api.h): a llama/qwen2 model's shape and rotary tables."""
+    """ap_model (ap_api.h): a decoder model's shape and the options its layers share."""
 
     _fields_ = [("hidden", ctypes.c_int), ("heads", ctypes.c_int), ("kv_heads", ctypes.c_int),
                 ("head_dim", ctypes.c_int), ("ffn", ctypes.c_int), ("max_len", ctypes.c_int),
-                ("rope_halves", ctypes.c_int), ("rms_eps", ctypes.c_float), ("attn_scale", ctypes.c_float),
-                ("rope_cos", ctypes.c_void_p), ("rope_sin", ctypes.c_void_p)]
+                ("rope_halves", ctypes.c_int), ("activation", ctypes.c_int), ("rms_eps", ctypes.c_float),
+                ("attn_scale", ctypes.c_float), ("attn_softcap", ctypes.c_float)]
 
 
 class ApLayer(ctypes.Structure):
-    """ap_layer (ap_api.h): one decoder layer's norms, matrices and KV cache."""
+    """ap_layer (ap_api.h): one decoder layer's norms, rotary table, window, matrices and KV cache."""
 
-    _fields_ = [("attn_norm", ctypes.c_void_p), ("ffn_norm", ctypes.c_void_p), ("qkv", ApWeight * 3),
+    _fields_ = [("attn_norm", ctypes.c_void_p), ("ffn_norm", ctypes.c_void_p), ("post_attn_norm", ctypes.c_void_p),
+                ("post_ffn_norm", ctypes.c_void_p), ("q_norm", ctypes.c_void_p), ("k_norm", ctypes.c_void_p),
+                ("rope_cos", ctypes.c_void_p), ("rope_sin", ctypes.c_void_p), ("window", ctypes.c_int),
+                ("qkv", ApWeight * 3),
                 ("attn_out", ApWeight), ("gate_up", ApWeight * 2), ("down", ApWeight),
                 ("k_cache", ctypes.c_void_p), ("v_cache", ctypes.c_void_p)]
 
@@ -54,7 +57,9 @@ SIGNATURES: dict[str, tuple] = {
     "ap_exp": (None, [_p, _p, _i, _i]),
     "ap_rmsnorm": (None, [_p, _p, _i, _i, _f, _p, _i]),
     "ap_silu_mul": (None, [_p, _p, ctypes.c_long, _i]),
-    "ap_attention": (_i, [_p, _p, _p, _i, _i, _i, _i, _i, _i, _f, _i, _p, _i, _i]),
+    "ap_gelu_tanh_mul": (None, [_p, _p, ctypes.c_long, _i]),
+    "ap_softcap": (None, [_p, ctypes.c_long, _f, _i]),
+    "ap_attention": (_i, [_p, _p, _p, _i, _i, _i, _i, _i, _i, _f, _f, _i, _p, _i, _i]),
     "ap_profile_parts": (_i, []),
     "ap_layers_forward": (_i, [_p, _p, _i, _p, _i, _i, _i, _i, _p]),
     "ap_stream_read": (ctypes.c_uint64, [_p, ctypes.c_size_t, _i]),

@@ -82,11 +82,16 @@ class QuantWeight:
         return int((self.packed if self.packed is not None else self.data).nbytes)
 
     @classmethod
-    def from_gguf_tensor(cls, tensor, bias: Optional[torch.Tensor] = None) -> "QuantWeight":
+    def from_gguf_tensor(cls, tensor, bias: Optional[torch.Tensor] = None,
+                         rows: Optional[tuple[int, int]] = None) -> "QuantWeight":
         """From a `backends.gguf_file.GGUFTensor` (ggml shape [K, N]): the blocks as they are in the
-        file, or for a type without a kernel its exact values widened to F32."""
-        cols, rows = int(tensor.shape[0]), int(np.prod(tensor.shape[1:]))
-        data = tensor.data.reshape(rows, -1)
+        file, or for a type without a kernel its exact values widened to F32. `rows` = (first, end)
+        takes only those rows (a fused matrix's parts: each row's blocks are its own)."""
+        cols, count = int(tensor.shape[0]), int(np.prod(tensor.shape[1:]))
+        data = tensor.data.reshape(count, -1)
+        if rows is not None:
+            data = np.ascontiguousarray(data[rows[0]:rows[1]])
+        rows = data.shape[0]
         if tensor.ggml_type in NATIVE_TYPES:
             return cls(tensor.ggml_type, rows, cols, data, bias, NATIVE_TYPES[tensor.ggml_type])
         from gguf import GGMLQuantizationType
@@ -160,15 +165,31 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor, use_reference: bool = False) 
     return gate
 
 
+def gelu_tanh_mul(gate: torch.Tensor, up: torch.Tensor, use_reference: bool = False) -> torch.Tensor:
+    """GELU(gate) * up with GELU's tanh approximation (gemma), written into gate."""
+    load_library().ap_gelu_tanh_mul(gate.data_ptr(), up.data_ptr(), gate.numel(), int(use_reference))
+    return gate
+
+
+def softcap(x: torch.Tensor, cap: float, use_reference: bool = False) -> torch.Tensor:
+    """x = cap * tanh(x / cap), in place (gemma2's final logits); x contiguous float32."""
+    if x.dtype != torch.float32 or not x.is_contiguous():
+        raise ValueError("softcap needs a contiguous float32 tensor")
+    load_library().ap_softcap(x.data_ptr(), x.numel(), ctypes.c_float(cap), int(use_reference))
+    return x
+
+
 def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, start: int, scale: float,
-              window: int = 0, threads: int = 0, use_reference: bool = False) -> torch.Tensor:
+              window: int = 0, threads: int = 0, use_reference: bool = False, softcap: float = 0.0) -> torch.Tensor:
     """q [M, Hq, D] float32 for positions start..start+M-1; caches [Hkv, L_max, D] float16 holding
-    positions 0..start+M-1. Returns [M, Hq * D]. `window` > 0: sliding-window attention."""
+    positions 0..start+M-1. Returns [M, Hq * D]. `window` > 0: sliding-window attention; `softcap` > 0:
+    scores capped to softcap * tanh(score / softcap)."""
     rows, heads, dim = q.shape
     kv_heads, max_len, _ = k_cache.shape
     out = torch.empty(rows, heads * dim, dtype=torch.float32)
     status = load_library().ap_attention(q.contiguous().data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), max_len,
-                                         start, rows, heads, kv_heads, dim, ctypes.c_float(scale), window,
+                                         start, rows, heads, kv_heads, dim, ctypes.c_float(scale),
+                                         ctypes.c_float(softcap), window,
                                          out.data_ptr(), threads, int(use_reference))
     if status != 0:
         raise RuntimeError("ap_attention: bad shapes (heads not a multiple of KV heads, D % 8, or past the cache)")
@@ -180,9 +201,15 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, sta
 #: the parts of a forward that `LayerStack.profile` times, in csrc/forward.c's order
 PROFILE_PARTS = ("norms", "qkv", "rope+cache", "attention", "attn_out", "gate_up", "silu", "down", "residual")
 
+#: the MLP's gating activations the forward runs (csrc/ap_api.h's AP_ACT_*)
+ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}
+
+
 @dataclass
 class DecoderLayer:
-    """One llama/qwen2 decoder layer: its norms, its matrices as GGUF blocks, its KV cache."""
+    """One decoder layer: its norms, its matrices as GGUF blocks, its KV cache, and what only some
+    architectures have (post-norms: gemma2/3; per-head q/k norms: qwen3, gemma3; its own rotary table
+    and sliding window: gemma's alternating local and global layers)."""
 
     attn_norm: torch.Tensor
     ffn_norm: torch.Tensor
@@ -195,6 +222,12 @@ class DecoderLayer:
     down: QuantWeight
     k_cache: torch.Tensor  # [kv_heads, max_len, head_dim] float16
     v_cache: torch.Tensor
+    post_attn_norm: Optional[torch.Tensor] = None  # [hidden]
+    post_ffn_norm: Optional[torch.Tensor] = None
+    q_norm: Optional[torch.Tensor] = None  # [head_dim]
+    k_norm: Optional[torch.Tensor] = None
+    rope: Optional[tuple[torch.Tensor, torch.Tensor]] = None  # (cos, sin) [max_len, head_dim / 2]; None: the stack's
+    window: int = 0  # > 0: attends to the last `window` positions only
 
     @property
     def matrices(self) -> list[QuantWeight]:
@@ -218,18 +251,30 @@ class LayerStack:
         return parts
 
     def __init__(self, layers: Sequence[DecoderLayer], *, hidden: int, heads: int, kv_heads: int, head_dim: int,
-                 rms_eps: float, rope_cos: torch.Tensor, rope_sin: torch.Tensor, rope_halves: bool) -> None:
+                 rms_eps: float, rope_cos: torch.Tensor, rope_sin: torch.Tensor, rope_halves: bool,
+                 activation: str = "silu", attn_scale: Optional[float] = None, attn_softcap: float = 0.0) -> None:
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation {activation!r}: one of {', '.join(ACTIVATIONS)}")
         self.layers = list(layers)
         self.hidden = hidden
-        self._tables = (rope_cos.contiguous(), rope_sin.contiguous())
+        tables = (rope_cos.contiguous(), rope_sin.contiguous())
         max_len = rope_cos.shape[0]
         self._model = _ApModel(hidden, heads, kv_heads, head_dim, layers[0].gate.rows, max_len, int(rope_halves),
-                               rms_eps, 1.0 / head_dim ** 0.5, self._tables[0].data_ptr(), self._tables[1].data_ptr())
+                               ACTIVATIONS[activation], rms_eps,
+                               attn_scale if attn_scale is not None else 1.0 / head_dim ** 0.5, attn_softcap)
+        pointer = lambda t: None if t is None else t.data_ptr()  # noqa: E731
+        self._keep = [tables]  # the C structs point into these tensors
         structs = []
         for layer in self.layers:
-            for norm in (layer.attn_norm, layer.ffn_norm):
-                assert norm.is_contiguous() and norm.dtype == torch.float32
-            structs.append(_ApLayer(layer.attn_norm.data_ptr(), layer.ffn_norm.data_ptr(),
+            cos, sin = (t.contiguous() for t in layer.rope) if layer.rope is not None else tables
+            if cos.shape != (max_len, head_dim // 2) or sin.shape != cos.shape:
+                raise ValueError(f"a rotary table must be [{max_len}, {head_dim // 2}], got {tuple(cos.shape)}")
+            norms = (layer.attn_norm, layer.ffn_norm, layer.post_attn_norm, layer.post_ffn_norm, layer.q_norm, layer.k_norm)
+            for norm, size in zip(norms, (hidden,) * 4 + (head_dim,) * 2):
+                if norm is not None and (not norm.is_contiguous() or norm.dtype != torch.float32 or norm.numel() != size):
+                    raise ValueError(f"a norm's weights must be contiguous float32 [{size}]")
+            self._keep.append((cos, sin))
+            structs.append(_ApLayer(*(pointer(n) for n in norms), cos.data_ptr(), sin.data_ptr(), int(layer.window),
                                     (_ApWeight * 3)(layer.q._struct, layer.k._struct, layer.v._struct),
                                     layer.attn_out._struct, (_ApWeight * 2)(layer.gate._struct, layer.up._struct),
                                     layer.down._struct, layer.k_cache.data_ptr(), layer.v_cache.data_ptr()))

@@ -9,9 +9,11 @@
     X(ap_weight, type) X(ap_weight, N) X(ap_weight, K) X(ap_weight, row_bytes) X(ap_weight, data)   \
     X(ap_weight, bias)                                                                              \
     X(ap_model, hidden) X(ap_model, heads) X(ap_model, kv_heads) X(ap_model, head_dim) X(ap_model, ffn) \
-    X(ap_model, max_len) X(ap_model, rope_halves) X(ap_model, rms_eps) X(ap_model, attn_scale)     \
-    X(ap_model, rope_cos) X(ap_model, rope_sin)                                                     \
-    X(ap_layer, attn_norm) X(ap_layer, ffn_norm) X(ap_layer, qkv) X(ap_layer, attn_out)            \
+    X(ap_model, max_len) X(ap_model, rope_halves) X(ap_model, activation) X(ap_model, rms_eps)      \
+    X(ap_model, attn_scale) X(ap_model, attn_softcap)                                               \
+    X(ap_layer, attn_norm) X(ap_layer, ffn_norm) X(ap_layer, post_attn_norm) X(ap_layer, post_ffn_norm) \
+    X(ap_layer, q_norm) X(ap_layer, k_norm) X(ap_layer, rope_cos) X(ap_layer, rope_sin) X(ap_layer, window) \
+    X(ap_layer, qkv) X(ap_layer, attn_out)                                                          \
     X(ap_layer, gate_up) X(ap_layer, down) X(ap_layer, k_cache) X(ap_layer, v_cache)
 
 #define NAME(s, f) #s "." #f ","

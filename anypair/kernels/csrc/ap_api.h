@@ -8,17 +8,25 @@
 
 #include "ap_common.h"
 
-// A llama/qwen2 model's shape for ap_layers_forward.
+// The MLP's gating activation: SiLU (llama, qwen2/3, phi3) or GELU with the tanh approximation (gemma)
+enum { AP_ACT_SILU = 0, AP_ACT_GELU_TANH = 1 };
+
+// A decoder-only model's shape for ap_layers_forward (llama, qwen2/3, phi3, gemma2/3).
 typedef struct {
     int hidden, heads, kv_heads, head_dim, ffn, max_len;
     int rope_halves;  // 1: NeoX pairs (i, i + D/2) as qwen2; 0: adjacent pairs (2i, 2i + 1) as llama in GGUF
+    int activation;   // AP_ACT_SILU or AP_ACT_GELU_TANH
     float rms_eps, attn_scale;
-    const float *rope_cos, *rope_sin;  // [max_len][D/2]
+    float attn_softcap;  // > 0: attention scores become softcap * tanh(score / softcap) (gemma2); 0: none
 } ap_model;
 
-// One decoder layer: norms, matrices (ap_weight, ap_common.h) and its fp16 KV cache.
+// One decoder layer: norms, matrices (ap_weight, ap_common.h), its rotary table and fp16 KV cache.
 typedef struct {
     const float *attn_norm, *ffn_norm;
+    const float *post_attn_norm, *post_ffn_norm;  // RMSNorm of each block's output before its residual (gemma2/3), or NULL
+    const float *q_norm, *k_norm;  // [head_dim] RMSNorm of each query/key head before the rotary (qwen3, gemma3), or NULL
+    const float *rope_cos, *rope_sin;  // this layer's rotary table [max_len][D/2] (gemma3: local and global layers differ)
+    int window;  // > 0: sliding-window attention over the last `window` positions; 0: the whole context
     ap_weight qkv[3], attn_out, gate_up[2], down;
     uint16_t *k_cache, *v_cache;  // [kv_heads][max_len][head_dim] fp16
 } ap_layer;
@@ -36,7 +44,9 @@ int ap_repack(int ggml_type, const uint8_t *rows, size_t row_bytes, int N, int K
 void ap_exp(const float *x, float *y, int n, int use_ref);
 void ap_rmsnorm(const float *x, const float *w, int M, int n, float eps, float *y, int use_ref);
 void ap_silu_mul(float *gate, const float *up, long n, int use_ref);
-int ap_attention(const float *q, const uint16_t *k_cache, const uint16_t *v_cache, int L_max, int start, int M, int Hq, int Hkv, int D, float scale, int window, float *out, int nthreads, int use_ref);
+void ap_gelu_tanh_mul(float *gate, const float *up, long n, int use_ref);
+void ap_softcap(float *x, long n, float cap, int use_ref);
+int ap_attention(const float *q, const uint16_t *k_cache, const uint16_t *v_cache, int L_max, int start, int M, int Hq, int Hkv, int D, float scale, float softcap, int window, float *out, int nthreads, int use_ref);
 // forward.c
 int ap_profile_parts(void);
 int ap_layers_forward(const ap_model *m, const ap_layer *layers, int n_layers, float *x, int start, int M, int nthreads, int path, double *profile);

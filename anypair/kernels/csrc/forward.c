@@ -1,10 +1,13 @@
-// The transformer layers of a llama/qwen2 step in one call: no Python between the kernels.
+// The transformer layers of a decoder step in one call: no Python between the kernels.
 //
 // gpt-fast's forward, in C: rows x[M][hidden] at positions start..start+M-1 go through every layer
-// (RMSNorm, q/k/v with biases, rotary, KV written by position into fp16 caches, attention, output
-// projection, SwiGLU MLP, residuals). Each step is one of the batch-invariant kernels of this
-// folder or an elementwise operation, so the whole stack keeps their guarantee: a row's result is
-// bitwise the same whatever M is.
+// (RMSNorm, q/k/v with biases, per-head q/k RMSNorm where the layer has them, rotary from the layer's
+// table, KV written by position into fp16 caches, attention (sliding window and soft-capping where
+// declared), output projection, a post-norm where the layer has one, the gated MLP (SiLU or GELU-tanh),
+// its post-norm, residuals). One loop serves llama, qwen2/3, phi3 and gemma2/3: what differs is data
+// (a NULL norm, a window of 0, a softcap of 0), not code paths. Each step is one of the batch-invariant
+// kernels of this folder or an elementwise operation, so the whole stack keeps their guarantee: a row's
+// result is bitwise the same whatever M is.
 #include <stdlib.h>
 #include <time.h>
 
@@ -29,9 +32,9 @@ static void charge(double *profile, int part, double *mark) {
     *mark = t;
 }
 
-static void rotate(float *x, int heads, const ap_model *m, int pos) {
+static void rotate(float *x, int heads, const ap_model *m, const ap_layer *L, int pos) {
     const int D = m->head_dim, half = D / 2;
-    const float *c = m->rope_cos + (size_t)pos * half, *s = m->rope_sin + (size_t)pos * half;
+    const float *c = L->rope_cos + (size_t)pos * half, *s = L->rope_sin + (size_t)pos * half;
     for (int h = 0; h < heads; h++) {
         float *v = x + (size_t)h * D;
         for (int i = 0; i < half; i++) {
@@ -63,9 +66,13 @@ int ap_layers_forward(const ap_model *m, const ap_layer *layers, int n_layers, f
         float *qkv_out[3] = {q, k, v};
         if ((status = ap_linear(L->qkv, 3, h, M, E, qkv_out, nthreads, path)) != 0) break;
         charge(profile, AP_PROF_QKV, &mark);
+        // per-head norms: each head of each row is one RMSNorm row of D (in place: a row is read before written)
+        if (L->q_norm) ap_rmsnorm(q, L->q_norm, M * Hq, D, m->rms_eps, q, use_ref);
+        if (L->k_norm) ap_rmsnorm(k, L->k_norm, M * Hkv, D, m->rms_eps, k, use_ref);
+        charge(profile, AP_PROF_NORMS, &mark);
         for (int r = 0; r < M; r++) {
-            rotate(q + (size_t)r * Hq * D, Hq, m, start + r);
-            rotate(k + (size_t)r * Hkv * D, Hkv, m, start + r);
+            rotate(q + (size_t)r * Hq * D, Hq, m, L, start + r);
+            rotate(k + (size_t)r * Hkv * D, Hkv, m, L, start + r);
             for (int kh = 0; kh < Hkv; kh++) {  // the cache, written by position
                 uint16_t *kc = L->k_cache + ((size_t)kh * m->max_len + start + r) * D;
                 uint16_t *vc = L->v_cache + ((size_t)kh * m->max_len + start + r) * D;
@@ -74,12 +81,16 @@ int ap_layers_forward(const ap_model *m, const ap_layer *layers, int n_layers, f
             }
         }
         charge(profile, AP_PROF_ROPE_CACHE, &mark);
-        if ((status = ap_attention(q, L->k_cache, L->v_cache, m->max_len, start, M, Hq, Hkv, D, m->attn_scale, 0, att,
+        if ((status = ap_attention(q, L->k_cache, L->v_cache, m->max_len, start, M, Hq, Hkv, D, m->attn_scale, m->attn_softcap, L->window, att,
                                    nthreads, use_ref)) != 0) break;
         charge(profile, AP_PROF_ATTENTION, &mark);
         float *o_out[1] = {tmp};
         if ((status = ap_linear(&L->attn_out, 1, att, M, Hq * D, o_out, nthreads, path)) != 0) break;
         charge(profile, AP_PROF_ATTN_OUT, &mark);
+        if (L->post_attn_norm) {
+            ap_rmsnorm(tmp, L->post_attn_norm, M, E, m->rms_eps, tmp, use_ref);
+            charge(profile, AP_PROF_NORMS, &mark);
+        }
         for (size_t i = 0; i < (size_t)M * E; i++) x[i] = x[i] + tmp[i];
         charge(profile, AP_PROF_RESIDUAL, &mark);
         ap_rmsnorm(x, L->ffn_norm, M, E, m->rms_eps, h, use_ref);
@@ -87,11 +98,16 @@ int ap_layers_forward(const ap_model *m, const ap_layer *layers, int n_layers, f
         float *gu_out[2] = {gate, up};
         if ((status = ap_linear(L->gate_up, 2, h, M, E, gu_out, nthreads, path)) != 0) break;
         charge(profile, AP_PROF_GATE_UP, &mark);
-        ap_silu_mul(gate, up, (long)M * F, use_ref);
+        if (m->activation == AP_ACT_GELU_TANH) ap_gelu_tanh_mul(gate, up, (long)M * F, use_ref);
+        else ap_silu_mul(gate, up, (long)M * F, use_ref);
         charge(profile, AP_PROF_SILU, &mark);
         float *down_out[1] = {tmp};
         if ((status = ap_linear(&L->down, 1, gate, M, F, down_out, nthreads, path)) != 0) break;
         charge(profile, AP_PROF_DOWN, &mark);
+        if (L->post_ffn_norm) {
+            ap_rmsnorm(tmp, L->post_ffn_norm, M, E, m->rms_eps, tmp, use_ref);
+            charge(profile, AP_PROF_NORMS, &mark);
+        }
         for (size_t i = 0; i < (size_t)M * E; i++) x[i] = x[i] + tmp[i];
         charge(profile, AP_PROF_RESIDUAL, &mark);
     }

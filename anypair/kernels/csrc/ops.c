@@ -1,5 +1,5 @@
 // The non-linear parts of a transformer step that must also be batch-invariant: RMSNorm, SiLU x up,
-// and attention over an fp16 KV cache written by position.
+// GELU(tanh) x up, soft-capping, and attention over an fp16 KV cache written by position.
 //
 // Each works row by row (attention: query by query), in an order fixed by the row alone, never by
 // how many rows the call has; the SIMD path and the scalar reference do the same operations in the
@@ -67,6 +67,21 @@ void ap_exp(const float *x, float *y, int n, int use_ref) {
     for (; i < n; i++) y[i] = exp_ref(x[i]);
 }
 
+// ---- tanh from the same exp: sign(y) (1 - e) / (1 + e), e = exp(-2|y|) (never overflows) -------
+static inline float tanh_ref(float y) {
+    const float e = exp_ref(-2.0f * fabsf(y)), t = (1.0f - e) / (1.0f + e);
+    return copysignf(t, y);  // the SIMD path ors in y's sign bit: the same bits, -0 included
+}
+#ifdef AP_AVX2
+static inline __m256 tanh_avx2(__m256 y) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 e = exp_avx2(_mm256_mul_ps(_mm256_set1_ps(-2.0f), _mm256_andnot_ps(sign, y)));
+    const __m256 one = _mm256_set1_ps(1.0f);
+    const __m256 t = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
+    return _mm256_or_ps(t, _mm256_and_ps(y, sign));  // t >= 0: the sign bit of y makes it -t
+}
+#endif
+
 // ---- dot of two float vectors of length D (D % 8 == 0) in the fixed lane order -----------------
 // attention's products are fused multiply-adds (fmaf: one rounding, the same bits as the SIMD path's
 // vfmadd), half the floating-point operations of a multiply then an add
@@ -113,10 +128,47 @@ void ap_silu_mul(float *gate, const float *up, long n, int use_ref) {
     for (; i < n; i++) gate[i] = (gate[i] / (1.0f + exp_ref(0.0f - gate[i]))) * up[i];
 }
 
+// ---- GELU(gate) * up with the tanh approximation (gemma's gelu_pytorch_tanh), in place in gate ----
+// 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), the same operations in both paths
+#define GELU_C 0.7978845608028654f
+#define GELU_A 0.044715f
+static inline float gelu_tanh_ref(float g) {
+    const float inner = GELU_C * (g + GELU_A * (g * g * g));
+    return (0.5f * g) * (1.0f + tanh_ref(inner));
+}
+void ap_gelu_tanh_mul(float *gate, const float *up, long n, int use_ref) {
+    long i = 0;
+#ifdef AP_AVX2
+    if (!use_ref)
+        for (; i + 8 <= n; i += 8) {
+            const __m256 g = _mm256_loadu_ps(gate + i);
+            const __m256 cube = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
+            const __m256 inner = _mm256_mul_ps(_mm256_set1_ps(GELU_C), _mm256_add_ps(g, _mm256_mul_ps(_mm256_set1_ps(GELU_A), cube)));
+            const __m256 y = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), g), _mm256_add_ps(_mm256_set1_ps(1.0f), tanh_avx2(inner)));
+            _mm256_storeu_ps(gate + i, _mm256_mul_ps(y, _mm256_loadu_ps(up + i)));
+        }
+#endif
+    for (; i < n; i++) gate[i] = gelu_tanh_ref(gate[i]) * up[i];
+}
+
+// ---- soft-capping: x = cap * tanh(x / cap), in place (gemma2's attention scores and final logits) ----
+static inline float softcap_ref(float x, float cap) { return cap * tanh_ref(x / cap); }
+void ap_softcap(float *x, long n, float cap, int use_ref) {
+    long i = 0;
+#ifdef AP_AVX2
+    if (!use_ref) {
+        const __m256 c = _mm256_set1_ps(cap);
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(c, tanh_avx2(_mm256_div_ps(_mm256_loadu_ps(x + i), c))));
+    }
+#endif
+    for (; i < n; i++) x[i] = softcap_ref(x[i], cap);
+}
+
 // ---- attention ----------------------------------------------------------------------------------
 // q [M][Hq][D] (rotated), caches [Hkv][L_max][D] fp16 holding positions 0..start+M-1, out [M][Hq][D].
 // Query m sits at position start+m and attends to positions lo..start+m (lo = start+m-window+1 for
-// sliding-window layers, else 0). The Hq/Hkv query heads of a KV head are scored together: each
+// sliding-window layers, else 0). softcap > 0 caps each scaled score (softcap * tanh(s / softcap)).
+// The Hq/Hkv query heads of a KV head are scored together: each
 // key and value row is read and widened once for all of them.
 // Scores, softmax and the weighted sum of values follow one order per (query, head), whatever the
 // number of queries: scores q_g . k_j lane by lane then ap_reduce8; numerators exp(s - max) and their
@@ -151,10 +203,11 @@ static float softmax_numerators(float *s, int L, int use_ref) {
 }
 
 static void attend_one_ref(const float *q, const uint16_t *kc, const uint16_t *vc, int D, int G, int lo, int hi,
-                           float scale, float *out, float *scores) {
+                           float scale, float softcap, float *out, float *scores) {
     const int L = hi - lo + 1;
     for (int j = 0; j < L; j++)
         for (int g = 0; g < G; g++) scores[(size_t)g * L + j] = dot_f32_f16_ref(q + (size_t)g * D, kc + (size_t)(lo + j) * D, D) * scale;
+    if (softcap > 0.0f) ap_softcap(scores, (long)G * L, softcap, 1);
     for (int g = 0; g < G; g++) {
         float *s = scores + (size_t)g * L, *o = out + (size_t)g * D;
         const float inv_sum = 1.0f / softmax_numerators(s, L, 1);
@@ -169,7 +222,7 @@ static void attend_one_ref(const float *q, const uint16_t *kc, const uint16_t *v
 
 #ifdef AP_AVX2
 static void attend_one_avx2(const float *q, const uint16_t *kc, const uint16_t *vc, int D, int G, int lo, int hi,
-                            float scale, float *out, float *scores, float *keys) {
+                            float scale, float softcap, float *out, float *scores, float *keys) {
     const int L = hi - lo + 1;
     int j = 0;
     for (; j + ATTN_KEY_BLOCK <= L; j += ATTN_KEY_BLOCK) {  // 4 consecutive keys are contiguous in the cache
@@ -200,6 +253,7 @@ static void attend_one_avx2(const float *q, const uint16_t *kc, const uint16_t *
             scores[(size_t)g * L + j] = ap_reduce8_avx2(a) * scale;
         }
     }
+    if (softcap > 0.0f) ap_softcap(scores, (long)G * L, softcap, 0);  // elementwise: any split gives these bits
     float inv_sum[64];
     for (int g = 0; g < G; g++) inv_sum[g] = 1.0f / softmax_numerators(scores + (size_t)g * L, L, 0);
     // values: up to 8 heads' sums of one 8-lane slice stay in registers over a block of positions
@@ -238,7 +292,7 @@ static void attend_one_avx2(const float *q, const uint16_t *kc, const uint16_t *
 
 // Returns 0, or -1 for bad shapes.
 int ap_attention(const float *q, const uint16_t *k_cache, const uint16_t *v_cache, int L_max, int start, int M,
-                 int Hq, int Hkv, int D, float scale, int window, float *out, int nthreads, int use_ref) {
+                 int Hq, int Hkv, int D, float scale, float softcap, int window, float *out, int nthreads, int use_ref) {
     if (Hkv <= 0 || Hq % Hkv || D % 8 || Hq / Hkv > 64 || start + M > L_max) return -1;
     const int G = Hq / Hkv, threads = nthreads > 0 ? nthreads : omp_get_max_threads();
     // A task is (query row, KV head, a part of its G query heads). Each head's arithmetic is its own,
@@ -260,9 +314,9 @@ int ap_attention(const float *q, const uint16_t *k_cache, const uint16_t *v_cach
             const uint16_t *kc = k_cache + (size_t)h * L_max * D, *vc = v_cache + (size_t)h * L_max * D;
             float *om = out + head0 * D;
 #ifdef AP_AVX2
-            if (!use_ref) { attend_one_avx2(qm, kc, vc, D, per_task, lo, pos, scale, om, scores, keys); continue; }
+            if (!use_ref) { attend_one_avx2(qm, kc, vc, D, per_task, lo, pos, scale, softcap, om, scores, keys); continue; }
 #endif
-            attend_one_ref(qm, kc, vc, D, per_task, lo, pos, scale, om, scores);
+            attend_one_ref(qm, kc, vc, D, per_task, lo, pos, scale, softcap, om, scores);
         }
         free(scores); free(keys);
     }
