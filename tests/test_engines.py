@@ -156,7 +156,8 @@ def test_auto_runs_a_zoo_draft_on_the_gguf_engine_or_llama_cpp(zoo_fetch):
     from anypair.generation.members import resolve_engine
 
     assert resolve_engine(SMOL, "auto", "draft") == "gguf"  # llama arch: anypair's one-call-per-step engine
-    assert resolve_engine("google/gemma-3-270m", "auto", "draft") == "llama.cpp"  # an architecture it does not run
+    assert resolve_engine("google/gemma-3-270m", "auto", "draft") == "gguf"  # gemma3 runs on it too
+    # an architecture it does not run goes to llama.cpp: tests/test_architectures.py
     assert resolve_engine(SMOL, "auto", "target") == "gguf"  # a GGUF-sourced target: anypair's exact engine
     with pytest.raises(InputError, match="GGUF"):
         resolve_engine("/tmp/model.gguf", "torch", "target")

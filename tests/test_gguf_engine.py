@@ -122,7 +122,7 @@ def test_engine_choice(zoo_fetch, tmp_path):
     assert resolve_engine(QWEN15, "auto", "target") == "gguf"
     assert resolve_engine(QWEN05, "auto", "target") == "gguf"
     assert resolve_engine(QWEN05, "auto", "target", weights="fp16") == "torch"  # torch's numerics on request
-    assert resolve_engine("google/gemma-3-270m", "auto", "target") == "torch"  # an architecture it does not run
+    assert resolve_engine("google/gemma-3-270m", "auto", "target") == "gguf"  # gemma3 runs on it too
     with pytest.raises(InputError, match="weights"):
         resolve_engine(QWEN05, "gguf", "target", weights="fp16")
 

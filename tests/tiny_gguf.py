@@ -1,7 +1,7 @@
 """Tiny random-weight models of every architecture the gguf engine runs, made into real GGUF files.
 
-No such weights exist offline, but real tokenizers do: each model is built in transformers with a real
-tokenizer's vocabulary, written as an F32 GGUF the way llama.cpp's converter writes its architecture
+No such weights exist offline, but real tokenizers do: each model is built in transformers over a real
+tokenizer's vocabulary (a vocabulary GGUF of llama.cpp's, or a zoo model's), written as an F32 GGUF the way llama.cpp's converter writes its architecture
 (gguf's own tensor-name map; llama's q/k rows permuted for the adjacent-pairs rotary; gemma's norms
 stored as 1 + w; phi3's fused q/k/v and gate/up kept fused), the tokenizer's metadata copied from the
 GGUF that ships that tokenizer, then quantized by llama.cpp's own quantizer. transformers reads the
@@ -11,6 +11,7 @@ shares no code with.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +26,9 @@ FTYPES = {"Q4_K_M": 15, "Q8_0": 7, "Q5_0": 8}
 
 @dataclass(frozen=True)
 class TinyArch:
-    """One architecture's tiny model: its transformers config and the real tokenizer it uses."""
+    """One architecture's tiny model: its transformers config and its GGUF metadata."""
 
     arch: str  # the GGUF's general.architecture
-    vocab_gguf: Callable[[], Path]  # the GGUF whose tokenizer metadata (and vocabulary size) the model takes
     config: Callable[[int], object]  # vocab size -> transformers config
     gguf_metadata: Callable[[object], dict]  # config -> arch-specific GGUF keys beyond the common ones
 
@@ -41,21 +41,17 @@ def llama_cpp_vocab(name: str) -> Callable[[], Path]:
     return path
 
 
-def gemma3_vocab() -> Path:
-    from anypair.backends.sources import gguf_of
-
-    return gguf_of("google/gemma-3-270m")
-
-
 _COMMON = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=6, num_attention_heads=4,
                num_key_value_heads=2, head_dim=64, max_position_embeddings=4096, rms_norm_eps=1e-6)
 
 
 def _llama(vocab: int):
-    from transformers import LlamaConfig
+    from transformers import MistralConfig
 
-    # Mistral-style metadata: a declared sliding window (all layers), and Llama-3-style linear rope scaling
-    return LlamaConfig(vocab_size=vocab, tie_word_embeddings=False, rope_theta=10000.0, **_COMMON)
+    # a llama-architecture GGUF with Mistral's metadata: a declared sliding window on every layer
+    # (llama.cpp's converter writes Mistral-7B as `llama`); transformers' Mistral forward is the reference
+    return MistralConfig(vocab_size=vocab, tie_word_embeddings=False, rope_theta=10000.0, sliding_window=48,
+                         **_COMMON)
 
 
 def _qwen3(vocab: int):
@@ -101,11 +97,11 @@ def _softcaps(config) -> dict:
 
 
 TINY = {
-    "llama": TinyArch("llama", llama_cpp_vocab("llama-spm"), _llama, lambda c: {}),
-    "qwen3": TinyArch("qwen3", llama_cpp_vocab("qwen2"), _qwen3, lambda c: {}),
-    "phi3": TinyArch("phi3", llama_cpp_vocab("phi-3"), _phi3, lambda c: {}),
-    "gemma2": TinyArch("gemma2", gemma3_vocab, _gemma2, _softcaps),
-    "gemma3": TinyArch("gemma3", gemma3_vocab, _gemma3, _window),
+    "llama": TinyArch("llama", _llama, _window),
+    "qwen3": TinyArch("qwen3", _qwen3, lambda c: {}),
+    "phi3": TinyArch("phi3", _phi3, lambda c: {}),
+    "gemma2": TinyArch("gemma2", _gemma2, _softcaps),
+    "gemma3": TinyArch("gemma3", _gemma3, _window),
 }
 
 
@@ -116,16 +112,33 @@ def _rope_theta(config) -> float:
     return float(params.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
 
 
-def build_model(name: str, seed: int = 0, init_std: float = 0.15):
-    """The tiny transformers model of `name` (fp32, eval mode) and its vocabulary's GGUF. Weights are
-    drawn wider than a trained init (std 0.15) so its predictions are far from uniform and a
-    perplexity comparison means something."""
-    from gguf import GGUFReader
+@functools.lru_cache(maxsize=4)
+def tokenizer_fields(vocab_gguf: Path) -> tuple[tuple[str, object, object, object], ...]:
+    """(key, value, type, array item type) of every tokenizer.* field of a GGUF (read once: gguf's
+    reader is slow on a 262k-token vocabulary)."""
+    import gguf
+
+    reader = gguf.GGUFReader(vocab_gguf)
+    fields = []
+    for key, field in reader.fields.items():
+        if key.startswith("tokenizer."):
+            kind = field.types[0]
+            fields.append((key, field.contents(), kind, field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None))
+    return tuple(fields)
+
+
+def vocab_size(vocab_gguf: Path) -> int:
+    return next(len(value) for key, value, _, _ in tokenizer_fields(vocab_gguf) if key == "tokenizer.ggml.tokens")
+
+
+def build_model(name: str, vocab_gguf: Path, seed: int = 0, init_std: float = 0.05):
+    """The tiny transformers model of `name` (fp32, eval mode) over `vocab_gguf`'s vocabulary.
+    Weights are drawn wider than a trained init (std 0.05 against 0.02) so its predictions are far
+    from uniform and a perplexity comparison means something."""
     from transformers import AutoModelForCausalLM
 
     spec = TINY[name]
-    vocab = len(GGUFReader(spec.vocab_gguf()).fields["tokenizer.ggml.tokens"].data)
-    config = spec.config(vocab)
+    config = spec.config(vocab_size(vocab_gguf))
     config.initializer_range = init_std
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
@@ -137,8 +150,8 @@ def build_model(name: str, seed: int = 0, init_std: float = 0.15):
     return model, config
 
 
-def write_gguf(name: str, model, config, path: Path) -> Path:
-    """`model` as an F32 GGUF of architecture `name`, with its tokenizer's metadata."""
+def write_gguf(name: str, model, config, path: Path, vocab_gguf: Path) -> Path:
+    """`model` as an F32 GGUF of architecture `name`, with `vocab_gguf`'s tokenizer metadata."""
     import gguf
 
     spec = TINY[name]
@@ -164,13 +177,8 @@ def write_gguf(name: str, model, config, path: Path) -> Path:
     for key, value in spec.gguf_metadata(config).items():
         writer.add_key_value(f"{name}.{key}", value,
                              gguf.GGUFValueType.FLOAT32 if isinstance(value, float) else gguf.GGUFValueType.UINT32)
-    vocab = gguf.GGUFReader(spec.vocab_gguf())
-    for key, field in vocab.fields.items():
-        if not key.startswith("tokenizer."):
-            continue
-        kind = field.types[0]
-        writer.add_key_value(key, field.contents(), kind,
-                             sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
+    for key, value, kind, sub_type in tokenizer_fields(vocab_gguf):
+        writer.add_key_value(key, value, kind, sub_type=sub_type)
     tied = getattr(config, "tie_word_embeddings", False)
     for key, tensor in model.state_dict().items():
         if key == "lm_head.weight" and tied:
@@ -209,10 +217,17 @@ def reference_model(name: str, config, quantized: Path):
     """transformers' fp32 model on the quantized file's weights, dequantized by transformers' own GGUF
     loader (its reverse of the converter's permutation and norm offset), with the tiny config's options
     (window pattern, soft-caps, query scale) that a GGUF does not carry."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, LlamaConfig
 
-    model = AutoModelForCausalLM.from_pretrained(str(quantized.parent), gguf_file=quantized.name, config=config,
+    load_config = config
+    if config.model_type == "mistral":  # transformers reads a `llama` GGUF as llama: load, then move the weights
+        load_config = LlamaConfig(**{k: v for k, v in config.to_dict().items() if k not in ("sliding_window", "model_type", "architectures")})
+    model = AutoModelForCausalLM.from_pretrained(str(quantized.parent), gguf_file=quantized.name, config=load_config,
                                                  dtype=torch.float32)
+    if load_config is not config:
+        mistral = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        mistral.load_state_dict(model.state_dict(), strict=True)
+        model = mistral
     return model.eval()
 
 
@@ -221,3 +236,18 @@ def perplexity(logits: torch.Tensor, ids: list[int]) -> float:
     logprobs = torch.log_softmax(logits[:-1].double(), dim=-1)
     nll = -logprobs[torch.arange(len(ids) - 1), torch.tensor(ids[1:])]
     return math.exp(float(nll.mean()))
+
+
+def write_other_architecture(path: Path, arch: str = "gpt2") -> Path:
+    """A small, complete GGUF of an architecture the gguf engine does not run."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_block_count(1)
+    writer.add_embedding_length(32)
+    writer.add_tensor("token_embd.weight", np.zeros((16, 32), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

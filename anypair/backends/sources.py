@@ -82,7 +82,8 @@ def member_gguf(spec: ModelSpec, engine: str) -> Path:
 
 def gguf_tokenizer(spec: ModelSpec, gguf: Path):
     """The HF tokenizer and generation config of a GGUF member: for a zoo model its checked tokenizer
-    (no bf16 conversion needed), else one built from the GGUF itself."""
+    (no bf16 conversion needed); for a GGUF whose folder holds tokenizer files, those; else one built
+    from the GGUF itself."""
     from transformers import AutoTokenizer, GenerationConfig
 
     from anypair.zoo.registry import ZOO_MODELS
@@ -95,6 +96,15 @@ def gguf_tokenizer(spec: ModelSpec, gguf: Path):
         tokenizer = AutoTokenizer.from_pretrained(folder)
         try:
             generation = GenerationConfig.from_pretrained(folder)
+        except OSError:
+            generation = None
+        return tokenizer, generation
+    if (gguf.parent / "tokenizer.json").is_file() or (gguf.parent / "tokenizer_config.json").is_file():
+        # the folder ships the model's own tokenizer files: exact, and transformers' conversion of a
+        # GGUF's vocabulary can mis-segment (Gemma 3's becomes a Unigram model)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent))
+        try:
+            generation = GenerationConfig.from_pretrained(str(gguf.parent))
         except OSError:
             generation = None
         return tokenizer, generation

@@ -83,7 +83,7 @@ class AnyPairGenerator:
         dtype: the older name of `weights` ("bf16", "fp32", "fp16" or a torch dtype).
         engine, draft_engine: "auto" (default) or an engine of `anypair.backends.engines` ("gguf",
             "llama.cpp", "torch", or one added with `register_engine`). auto runs a member with a
-            llama/qwen2 GGUF (every zoo model but Gemma 3, a user's .gguf) on the gguf engine, target
+            GGUF the gguf engine runs (llama, qwen2/3, phi3, gemma2/3: every zoo model, a user's .gguf) on it, target
             and draft alike; another GGUF's draft on llama.cpp when llama-cpp-python is installed, a
             .gguf target of another architecture on llama.cpp; everything else on torch
             (`anypair.generation.members`). A llama.cpp TARGET is not batch-invariant: its output can

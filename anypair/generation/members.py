@@ -6,9 +6,10 @@ engine's own module does (`Engine.load`).
 a loaded model), the first engine of the registry that can run here (`Engine.unavailable`) and runs
 the model (`Engine.runs`, e.g. its architecture); a target tries the engines that may serve one
 exactly first (`Engine.exact_target`), and weights= other than "auto" asks for an engine that takes
-torch's formats. With the built-in engines that is: the GGUF engine for a llama/qwen2 GGUF (the
-target's and the draft's default, exact); llama.cpp for a draft GGUF the GGUF engine does not run
-(Gemma 3) when llama-cpp-python is installed, and for a .gguf target of such an architecture;
+torch's formats. With the built-in engines that is: the GGUF engine for a GGUF of an architecture it
+runs (llama, qwen2, qwen3, phi3, gemma2, gemma3: the target's and the draft's default, exact);
+llama.cpp for a draft GGUF the GGUF engine does not run when llama-cpp-python is installed, and for a
+.gguf target of such an architecture;
 torch for everything else. A member passed already loaded (`LoadedModel`) is used as it is.
 """
 from __future__ import annotations
