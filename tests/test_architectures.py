@@ -192,6 +192,51 @@ def test_a_gemma2_target_with_gemmas_own_tokenizer_drafted_by_a_llama_family_mod
     _generate_both(str(target), SMOL)
 
 
+@pytest.fixture(scope="module")
+def starcoder_style_draft(zoo_fetch):
+    """A tiny random gpt_bigcode model (tiny_starcoder's architecture) over StarCoder's real 49k
+    vocabulary, loaded on torch as a (model, tokenizer) pair."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GPTBigCodeConfig
+
+    vocab = _vocab("starcoder")
+    tokenizer = AutoTokenizer.from_pretrained(str(vocab.parent), gguf_file=vocab.name)
+    torch.manual_seed(0)
+    config = GPTBigCodeConfig(vocab_size=len(tokenizer), n_embd=128, n_layer=2, n_head=4, n_positions=1024,
+                              multi_query=True)
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval(), tokenizer
+
+
+def test_a_codellama_shaped_target_drafted_by_a_gpt_bigcode_model_on_torch(tiny_files, starcoder_style_draft):
+    """The CodeLlama / tiny_starcoder seed pair's shape: a llama target over Llama-2's vocabulary (CodeLlama's
+    base) on the gguf engine, a gpt_bigcode draft over StarCoder's on torch."""
+    from anypair import AnyPairGenerator
+
+    target = str(tiny_files.quantized("llama", "Q4_K_M"))
+    gen = AnyPairGenerator(target, starcoder_style_draft, draft_engine="torch", draft_length="constant",
+                           num_draft_tokens=4, threads=2)
+    assert gen.target.engine.engine == "gguf" and gen.draft.engine.engine == "torch"
+    prompt = "def fibonacci(n):\n"
+    alone = gen.generate(prompt, max_new_tokens=20, assisted=False)
+    assisted = gen.generate(prompt, max_new_tokens=20)
+    assert assisted.target_ids == alone.target_ids and alone.stats.new_tokens == 20
+    assert assisted.stats.draft_tokens_proposed > 0 and not assisted.stats.draft_failed
+
+
+def test_anypair_inspect_reports_each_seed_pair_shape(tiny_files, starcoder_style_draft):
+    """`anypair inspect` (inspect_pair) on each seed pair's shape: the target's GGUF (its tokenizer
+    read from the file) against the draft's vocabulary."""
+    from anypair.inspect_pair import format_report, inspect_pair
+
+    pairs = [(tiny_files.quantized("llama", "Q4_K_M"), str(_vocab("starcoder"))),
+             (tiny_files.quantized("phi3", "Q4_K_M"), QWEN05),
+             (tiny_files.quantized("gemma2", "Q8_0"), SMOL)]
+    for target, draft in pairs:
+        report = inspect_pair(str(target), draft)
+        assert not report.same_vocabulary and report.intersection_size > 1000, (target, draft)
+        assert 0.5 < report.sample_target_coverage <= 1.0, (target, draft, report.sample_target_coverage)
+        assert "intersection" in format_report(report).lower()
+
+
 def test_gemma3_270m_on_the_engine_drafted_by_smollm2_equals_it_alone(zoo_fetch):
     _generate_both(GEMMA3_270M, SMOL)
 
