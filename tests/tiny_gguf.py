@@ -96,12 +96,71 @@ def _softcaps(config) -> dict:
             "final_logit_softcapping": float(config.final_logit_softcapping), **_window(config)}
 
 
+def _llama3(vocab: int):
+    from transformers import LlamaConfig
+
+    # Llama-3.1's rope scaling: per-frequency factors, with an original context of 64 positions
+    return LlamaConfig(vocab_size=vocab, tie_word_embeddings=False, rope_theta=500000.0,
+                       rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+                       **_COMMON)
+
+
+def _llama3_factors(config) -> dict:
+    """llama.cpp's converter: `rope_freqs.weight`, one factor per frequency (LlamaModel.generate_extra_tensors)."""
+    scaling = config.rope_scaling
+    dim = config.hidden_size // config.num_attention_heads
+    freqs = 1.0 / (_rope_theta(config) ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    original = scaling["original_max_position_embeddings"]
+    low_wavelen, high_wavelen = original / low, original / high
+    factors = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < high_wavelen:
+            factors.append(1.0)
+        elif wavelen > low_wavelen:
+            factors.append(factor)
+        else:
+            smooth = (original / wavelen - low) / (high - low)
+            factors.append(1.0 / ((1 - smooth) / factor + smooth))
+    return {"rope_freqs.weight": np.array(factors)}
+
+
+def _phi3_long(vocab: int):
+    from transformers import Phi3Config
+
+    common = dict(_COMMON)
+    common.pop("head_dim")
+    half = common["hidden_size"] // common["num_attention_heads"] // 2
+    generator = np.random.default_rng(1)
+    return Phi3Config(vocab_size=vocab, tie_word_embeddings=False, rope_theta=10000.0, sliding_window=None,
+                      pad_token_id=0, bos_token_id=1, eos_token_id=2, original_max_position_embeddings=64,
+                      rope_scaling={"type": "longrope", "long_factor": list(1.0 + 4.0 * generator.random(half)),
+                                    "short_factor": list(1.0 + 0.2 * generator.random(half))},
+                      **common)
+
+
+def _phi3_long_metadata(config) -> dict:
+    """llama.cpp's converter (Phi3MiniModel): both factor tensors, the original context, the attention factor."""
+    scaling = config.rope_scaling
+    factor = config.max_position_embeddings / config.original_max_position_embeddings
+    attn_factor = math.sqrt(1 + math.log(factor) / math.log(config.original_max_position_embeddings))
+    return {"rope_factors_long.weight": np.array(scaling["long_factor"]),
+            "rope_factors_short.weight": np.array(scaling["short_factor"]),
+            "rope.scaling.original_context_length": config.original_max_position_embeddings,
+            "rope.scaling.attn_factor": attn_factor}
+
+
 TINY = {
     "llama": TinyArch("llama", _llama, _window),
     "qwen3": TinyArch("qwen3", _qwen3, lambda c: {}),
     "phi3": TinyArch("phi3", _phi3, lambda c: {}),
     "gemma2": TinyArch("gemma2", _gemma2, _softcaps),
     "gemma3": TinyArch("gemma3", _gemma3, _window),
+    # variants: a llama file with Llama-3.1's rope factors, a phi3 file with long-context rope factors
+    "llama3": TinyArch("llama", _llama3, _llama3_factors),
+    "phi3-long": TinyArch("phi3", _phi3_long, _phi3_long_metadata),
 }
 
 
@@ -145,7 +204,7 @@ def build_model(name: str, vocab_gguf: Path, seed: int = 0, init_std: float = 0.
     with torch.no_grad():  # norms at 1 + noise so the post-norms and q/k norms do something
         for key, tensor in model.state_dict().items():
             if key.endswith("norm.weight"):
-                ones = 0.0 if name.startswith("gemma") else 1.0  # gemma's norms multiply by 1 + w
+                ones = 0.0 if spec.arch.startswith("gemma") else 1.0  # gemma's norms multiply by 1 + w
                 tensor.copy_(ones + 0.1 * torch.randn_like(tensor))
     return model, config
 
@@ -155,6 +214,7 @@ def write_gguf(name: str, model, config, path: Path, vocab_gguf: Path) -> Path:
     import gguf
 
     spec = TINY[name]
+    name = spec.arch  # the GGUF's architecture (a variant such as "llama3" writes a `llama` file)
     arch_enum = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen3": gguf.MODEL_ARCH.QWEN3, "phi3": gguf.MODEL_ARCH.PHI3,
                  "gemma2": gguf.MODEL_ARCH.GEMMA2, "gemma3": gguf.MODEL_ARCH.GEMMA3}[name]
     layers = config.num_hidden_layers
@@ -175,8 +235,12 @@ def write_gguf(name: str, model, config, path: Path, vocab_gguf: Path) -> Path:
     writer.add_rope_freq_base(_rope_theta(config))
     writer.add_file_type(0)
     for key, value in spec.gguf_metadata(config).items():
-        writer.add_key_value(f"{name}.{key}", value,
-                             gguf.GGUFValueType.FLOAT32 if isinstance(value, float) else gguf.GGUFValueType.UINT32)
+        if isinstance(value, np.ndarray):  # a tensor of the rope's factors, as the converter writes it
+            writer.add_tensor(key, value.astype(np.float32))
+            continue
+        kind = gguf.GGUFValueType.FLOAT32 if isinstance(value, float) else (
+            gguf.GGUFValueType.STRING if isinstance(value, str) else gguf.GGUFValueType.UINT32)
+        writer.add_key_value(f"{name}.{key}", value, kind)
     for key, value, kind, sub_type in tokenizer_fields(vocab_gguf):
         writer.add_key_value(key, value, kind, sub_type=sub_type)
     tied = getattr(config, "tie_word_embeddings", False)
