@@ -4,7 +4,7 @@ it, a bounded load test (8 clients x 3 requests, a full queue answers 503), a cl
 mid-stream, and each bad input's status code and field.
 
 The server is the real command (`python -m anypair.cli serve`, one process for the module) on the
-test pair: Qwen2.5-Coder-0.5B-Instruct with SmolLM2-135M-Instruct as its draft, 16 new tokens.
+test pair: Qwen2.5-Coder-0.5B-Instruct with SmolLM2-135M-Instruct as its draft, 16 new tokens (8 in the load test).
 Queueing itself is tested on a stand-in generator that holds the queue full for as long as the
 test needs (a real one would finish at its own pace and make the test a race).
 """
