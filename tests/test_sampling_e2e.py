@@ -222,10 +222,11 @@ def tiny_gen(tiny_pair):
 
 
 @pytest.fixture(scope="module")
-def tiny_gen_greedy_drafts(tiny_pair):
+def tiny_gen_greedy_drafts(tiny_gen):
+    """tiny_gen's members (loaded once: a member passes through as itself) with greedy drafts."""
     from anypair import AnyPairGenerator
 
-    return AnyPairGenerator(tiny_pair.target, tiny_pair.draft, dtype="fp32", draft_length="constant", num_draft_tokens=2,
+    return AnyPairGenerator(tiny_gen.target, tiny_gen.draft, draft_length="constant", num_draft_tokens=2,
                             sampled_drafts="greedy")
 
 
@@ -331,7 +332,7 @@ def test_warped_speculative_sampling_keeps_target_distribution(tiny_gen, name):
     assert min_homogeneity_p_value(speculative, reference) > ALPHA / len(POSITIONS)
 
 
-def test_same_tokenizer_pair_uses_identity_map_and_stays_lossless(tiny_pair, reference_t1):
+def test_same_tokenizer_pair_uses_identity_map_and_stays_lossless(tiny_gen, tiny_pair, reference_t1):
     """A Qwen-tokenizer draft with fewer padded rows than the target (151,680 vs 151,936): the
     identity map carries q into the target's rows; the output law is unchanged. The target is the
     tiny pair's, so the target-alone law is reference_t1's (the power of 300 against 300: 150)."""
@@ -349,7 +350,7 @@ def test_same_tokenizer_pair_uses_identity_map_and_stays_lossless(tiny_pair, ref
         head = target_model.lm_head.weight[:draft_rows].clone()
         head[:, 1:] += 0.3 * torch.randn(draft_rows, HIDDEN - 1, generator=generator) * (head[:, 1:] != 0)
         draft_model.lm_head.weight.copy_(head)
-    gen = AnyPairGenerator(tiny_pair.target, (draft_model, target_tok), dtype="fp32", draft_length="constant",
+    gen = AnyPairGenerator(tiny_gen.target, (draft_model, target_tok), dtype="fp32", draft_length="constant",
                            num_draft_tokens=2, sampled_drafts="intersection")
     assert gen.same_vocabulary
     assert gen.target.model is tiny_pair.target[0]  # the same target: its law alone is reference_t1's
@@ -375,7 +376,7 @@ def test_same_seed_same_text_and_statistics(tiny_gen):
     assert stats.mean_accepted_per_round == stats.draft_tokens_accepted / stats.rounds
 
 
-def test_draft_without_usable_tokens_falls_back_to_target_samples(tiny_pair):
+def test_draft_without_usable_tokens_falls_back_to_target_samples(tiny_gen, tiny_pair):
     """A draft whose mass is all off the intersection proposes nothing: every round is one target
     sample, the text the target's own with the same seed."""
     from anypair import AnyPairGenerator
@@ -385,7 +386,7 @@ def test_draft_without_usable_tokens_falls_back_to_target_samples(tiny_pair):
     hopeless.load_state_dict(draft_model.state_dict())
     with torch.no_grad():
         hopeless.lm_head.weight[49_152:, 0] = 6.0  # padded rows take everything
-    gen = AnyPairGenerator(tiny_pair.target, (hopeless, draft_tok), dtype="fp32", sampled_drafts="intersection")
+    gen = AnyPairGenerator(tiny_gen.target, (hopeless, draft_tok), dtype="fp32", sampled_drafts="intersection")
     assisted = gen.generate(PROMPT, max_new_tokens=10, do_sample=True, seed=9)
     alone = gen.generate(PROMPT, max_new_tokens=10, do_sample=True, seed=9, assisted=False)
     assert assisted.stats.draft_tokens_proposed == 0
