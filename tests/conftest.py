@@ -28,3 +28,15 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def torch_threads_restored():
+    """`AnyPairGenerator(..., threads=N)` sets torch's process-wide thread count: each test leaves it
+    as it found it (test_faults' threads=1 generator had every later module run torch on one core)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)

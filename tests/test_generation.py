@@ -2,6 +2,7 @@
 assisted greedy output must equal the target's own greedy output, token for token."""
 from __future__ import annotations
 
+import contextlib
 import re
 
 import pytest
@@ -29,6 +30,20 @@ def models(zoo_fetch):
 
     torch.manual_seed(0)
     return {name: load_model(name, dtype=torch.float32) for name in (TARGET, SMOL, GEMMA)}
+
+
+@pytest.fixture(scope="module")
+def members(models):
+    """The models loaded as members once for the module (a loaded member passes through
+    AnyPairGenerator as itself): the target's batch-invariance contract, its tokenizer adapter and
+    its linear kernel are measured once, not once per generator. What a generator's options choose
+    (drafter, policy, window, ledger) is built per generator as before."""
+    from anypair import AnyPairGenerator
+
+    with_smol = AnyPairGenerator(models[TARGET], models[SMOL], dtype="fp32")
+    with_gemma = AnyPairGenerator(with_smol.target, models[GEMMA], dtype="fp32")
+    assert with_gemma.target is with_smol.target
+    return {TARGET: with_smol.target, SMOL: with_smol.draft, GEMMA: with_gemma.draft}
 
 
 #: reference_greedy's answers: the same (model, prompt, length) recurs across the drafters, policies and
@@ -61,10 +76,22 @@ def long_prompt():
     return text + "\n\ndef is_palindrome(text: str) -> bool:\n"
 
 
-def make_gen(models, draft, **kw):
+@contextlib.contextmanager
+def layers_kept(*loaded_models):
+    """Loading a model given in memory installs the linear kernel it measures on the model itself:
+    the module's members share these models, so their layers are put back afterwards."""
+    layers = [(layer, layer.__class__) for model in loaded_models for layer in model.modules()]
+    try:
+        yield
+    finally:
+        for layer, cls in layers:
+            layer.__class__ = cls
+
+
+def make_gen(members, draft, **kw):
     from anypair import AnyPairGenerator
 
-    return AnyPairGenerator(models[TARGET], models[draft] if draft else None, dtype="fp32", **kw)
+    return AnyPairGenerator(members[TARGET], members[draft] if draft else None, dtype="fp32", **kw)
 
 
 def check_equal(gen, models, prompt, n=N_NEW):
@@ -80,54 +107,60 @@ def check_equal(gen, models, prompt, n=N_NEW):
 
 @pytest.mark.parametrize("draft", [SMOL, GEMMA])
 @pytest.mark.parametrize("kind", sorted(PROMPTS))
-def test_greedy_equals_target_greedy(models, draft, kind):
-    gen = make_gen(models, draft)
+def test_greedy_equals_target_greedy(models, members, draft, kind):
+    gen = make_gen(members, draft)
     result = check_equal(gen, models, PROMPTS[kind])
     assert result.stats.rounds > 0
     assert not result.stats.draft_failed, result.stats.draft_failure_reason
 
 
 @pytest.mark.parametrize("kernel", ["skinny", "torch"])
-def test_greedy_equal_with_each_linear_kernel(models, kernel):
-    gen = make_gen(models, SMOL, linear_kernel=kernel)
-    assert gen.engines.count(f"{kernel} linear") == 2, gen.engines  # target and draft both on it
-    check_equal(gen, models, PROMPTS["code"])
+def test_greedy_equal_with_each_linear_kernel(models, members, kernel):
+    """Loaded from the models themselves (the kernel is chosen at load); the models' layers are put
+    back as the module's members use them afterwards."""
+    from anypair import AnyPairGenerator
+
+    with layers_kept(models[TARGET][0], models[SMOL][0]):
+        gen = AnyPairGenerator(models[TARGET], models[SMOL], dtype="fp32", linear_kernel=kernel)
+        assert gen.engines.count(f"{kernel} linear") == 2, gen.engines  # target and draft both on it
+        check_equal(gen, models, PROMPTS["code"])
 
 
-@pytest.mark.parametrize("draft", [SMOL, GEMMA])
-def test_greedy_long_prompt(models, draft, long_prompt):
-    # a draft reading 256 tokens of the long prompt (the cost-based default window would give a
-    # dear draft on this test's engines fewer, which is what test_the_draft_reads_only_its_prompt_window covers)
-    gen = make_gen(models, draft, draft_window=256)
+def test_greedy_long_prompt(models, members, long_prompt):
+    # Gemma-3 (sliding-window layers of 512) reading 256 tokens of the long prompt (the cost-based
+    # default window would give a dear draft on this test's engines fewer). SmolLM2 on the long prompt,
+    # with a window shorter than the prompt and with the whole prompt, is
+    # test_the_draft_reads_only_its_prompt_window (a window of 256 runs the same code as one of 64)
+    gen = make_gen(members, GEMMA, draft_window=256)
     assert len(gen.target.render(long_prompt, None)) > 512
     result = check_equal(gen, models, long_prompt, n=32)
     assert result.stats.draft_tokens_accepted > 0  # code after code: the draft must help
 
 
-def test_the_draft_reads_only_its_prompt_window(models, long_prompt):
-    windowed = make_gen(models, SMOL, draft_window=64)
+def test_the_draft_reads_only_its_prompt_window(models, members, long_prompt):
+    windowed = make_gen(members, SMOL, draft_window=64)
     result = check_equal(windowed, models, long_prompt, n=32)
     # the window and what was generated since (plus a token or two of realignment), not the prompt
     assert windowed.draft_backend.cached_length <= 64 + result.stats.new_tokens + 4
     assert result.stats.draft_tokens_accepted > 0  # code after code: 64 tokens are enough to help
-    whole = make_gen(models, SMOL, draft_window=0)
+    whole = make_gen(members, SMOL, draft_window=0)
     check_equal(whole, models, long_prompt, n=32)
     # the whole prompt in the draft's own tokens (far past the 64 above)
     assert whole.draft_backend.cached_length >= len(whole.draft.tokenizer.encode_continuation(long_prompt))
     # unset, the window follows the draft's estimated cost
-    default = make_gen(models, SMOL)
+    default = make_gen(members, SMOL)
     assert default.draft_window == draft_prompt_window(default._model_draft_costs().draft_step)
 
 
 @pytest.mark.parametrize("drafter", ["model", "lookup", "hybrid"])
 @pytest.mark.parametrize("policy", ["constant", "heuristic", "adaptive"])
-def test_every_drafter_and_policy(models, drafter, policy):
-    gen = make_gen(models, SMOL if drafter != "lookup" else None, drafter=drafter, draft_length=policy, num_draft_tokens=4)
+def test_every_drafter_and_policy(models, members, drafter, policy):
+    gen = make_gen(members, SMOL if drafter != "lookup" else None, drafter=drafter, draft_length=policy, num_draft_tokens=4)
     check_equal(gen, models, PROMPTS["code"])
 
 
-def test_chat_messages_and_stream(models):
-    gen = make_gen(models, SMOL)
+def test_chat_messages_and_stream(models, members):
+    gen = make_gen(members, SMOL)
     messages = [{"role": "user", "content": "Write a haiku about tabs\tand  spaces."}]
     ids = gen.target.render(None, messages)
     expected = reference_greedy(*models[TARGET], ids, N_NEW)
@@ -138,17 +171,19 @@ def test_chat_messages_and_stream(models):
     assert gen.last_result.target_ids == result.target_ids
 
 
-def test_same_tokenizer_path(models):
+def test_same_tokenizer_path(models, members):
     """Target as its own draft (same vocabulary: no translation): every proposal is accepted."""
     from anypair import AnyPairGenerator
 
-    gen = AnyPairGenerator(models[TARGET], models[TARGET], dtype="fp32", draft_length="constant", num_draft_tokens=4)
-    assert gen.same_vocabulary
-    result = check_equal(gen, models, PROMPTS["code"])
+    with layers_kept(models[TARGET][0]):  # the draft: a second backend on the target's own model
+        gen = AnyPairGenerator(members[TARGET], models[TARGET], dtype="fp32", draft_length="constant",
+                               num_draft_tokens=4)
+        assert gen.same_vocabulary and gen.draft_backend is not gen.target_backend
+        result = check_equal(gen, models, PROMPTS["code"])
     assert result.stats.acceptance_rate > 0.9
 
 
-def test_same_tokenizer_random_draft(models):
+def test_same_tokenizer_random_draft(models, members):
     """A tiny random-weight Qwen2 with the real Qwen tokenizer: useless proposals, same output."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -159,12 +194,12 @@ def test_same_tokenizer_random_draft(models):
     tiny = Qwen2ForCausalLM(config).eval()
     from anypair import AnyPairGenerator
 
-    gen = AnyPairGenerator(models[TARGET], (tiny, tok), dtype="fp32")
+    gen = AnyPairGenerator(members[TARGET], (tiny, tok), dtype="fp32")
     assert gen.same_vocabulary
     check_equal(gen, models, PROMPTS["prose"])
 
 
-def test_draft_failure_falls_back_to_target(models):
+def test_draft_failure_falls_back_to_target(models, members):
     from anypair.drafters.base import Drafter
     from anypair.types import Proposal
 
@@ -186,13 +221,13 @@ def test_draft_failure_falls_back_to_target(models):
         def commit(self, ids):
             pass
 
-    gen = make_gen(models, None, drafter=Exploding())
+    gen = make_gen(members, None, drafter=Exploding())
     result = check_equal(gen, models, PROMPTS["prose"])
     assert result.stats.draft_failed
     assert "draft model crashed" in result.stats.draft_failure_reason
 
 
-def test_garbage_proposals_are_rejected(models):
+def test_garbage_proposals_are_rejected(models, members):
     """A drafter proposing ids outside the vocabulary is switched off, output unchanged."""
     from anypair.drafters.base import Drafter
     from anypair.types import Proposal
@@ -207,32 +242,37 @@ def test_garbage_proposals_are_rejected(models):
         def commit(self, ids):
             pass
 
-    result = check_equal(make_gen(models, None, drafter=Garbage()), models, PROMPTS["prose"])
+    result = check_equal(make_gen(members, None, drafter=Garbage()), models, PROMPTS["prose"])
     assert result.stats.draft_failed
 
 
-@pytest.mark.parametrize("name", [TARGET, GEMMA])
-def test_cache_rollback_matches_fresh_forward(models, name, long_prompt):
+@pytest.mark.parametrize("name, prefix", [(TARGET, 100), (GEMMA, 600)])
+def test_cache_rollback_matches_fresh_forward(models, name, prefix, long_prompt):
     """Logits after a rollback equal those of a fresh forward pass; Gemma-3's sliding-window
-    layers (window 512) are rolled back past the window."""
+    layers (window 512) are rolled back past the window. Qwen2.5 has no window: its cache is the
+    same at any length, so a short prefix checks it (600 tokens of fp32 prefill twice cost ~20 s)."""
     from anypair.backends import TorchBackend
 
     model, tok = models[name]
-    ids = tok(long_prompt, add_special_tokens=False)["input_ids"][:700]
-    assert len(ids) == 700  # past Gemma-3's window of 512
+    ids = tok(long_prompt, add_special_tokens=False)["input_ids"][:prefix + 100]
+    assert len(ids) == prefix + 100
+    if name == GEMMA:
+        assert prefix > model.config.get_text_config().sliding_window == 512  # the rollback crosses the window
+    else:
+        assert not getattr(model.config, "use_sliding_window", False)
     backend = TorchBackend(model)
-    backend.prefill(ids[:600])
-    backend.extend(ids[600:620], all_logits=True)  # 20 tokens, then reject 15 of them
-    backend.crop(605)
-    after_rollback = backend.extend(ids[605:609], all_logits=True)
+    backend.prefill(ids[:prefix])
+    backend.extend(ids[prefix:prefix + 20], all_logits=True)  # 20 tokens, then reject 15 of them
+    backend.crop(prefix + 5)
+    after_rollback = backend.extend(ids[prefix + 5:prefix + 9], all_logits=True)
     fresh = TorchBackend(model)
-    fresh.prefill(ids[:605])
-    expected = fresh.extend(ids[605:609], all_logits=True)
+    fresh.prefill(ids[:prefix + 5])
+    expected = fresh.extend(ids[prefix + 5:prefix + 9], all_logits=True)
     torch.testing.assert_close(after_rollback, expected, rtol=1e-4, atol=1e-4)
 
 
-def test_input_errors(models):
-    gen = make_gen(models, SMOL)
+def test_input_errors(models, members):
+    gen = make_gen(members, SMOL)
     with pytest.raises(InputError, match="empty"):
         gen.generate("", max_new_tokens=4)
     with pytest.raises(InputError, match="max_new_tokens"):
@@ -247,8 +287,8 @@ def test_input_errors(models):
         AnyPairGenerator("no-such-org/no-such-model-xyz")
 
 
-def test_stop_strings(models):
-    gen = make_gen(models, SMOL)
+def test_stop_strings(models, members):
+    gen = make_gen(members, SMOL)
     full = gen.generate(PROMPTS["code"], max_new_tokens=N_NEW).text
     stop = re.search(r"[A-Za-z_]{3,}", full[5:]).group(0)  # a word the output reaches after a few tokens
     cut = gen.generate(PROMPTS["code"], max_new_tokens=N_NEW, stop=[stop])
@@ -285,13 +325,13 @@ def _scripted_drafter(propose_from_reference, start_seconds: float = 0.0):
     return Scripted()
 
 
-def test_a_generator_runs_the_target_alone_while_drafting_loses_and_retries(models):
+def test_a_generator_runs_the_target_alone_while_drafting_loses_and_retries(models, members):
     """Drafting that lost time on recent requests is skipped (no prompt read, no rounds), retried on the
     third request after, and the output stays the target's own; `skip_losing_drafts=False` drafts on
     every request. Seeded sampling consults the ledger too: its text is the target's own either way."""
     n = 8
     wrong = _scripted_drafter(lambda committed, budget: [0], start_seconds=0.5)  # slow, and never right
-    gen = make_gen(models, None, drafter=wrong)
+    gen = make_gen(members, None, drafter=wrong)
     results = [check_equal(gen, models, PROMPTS["prose"], n) for _ in range(5)]
     assert [r.stats.drafting_skipped is not None for r in results] == [False, True, True, False, True]
     assert wrong.starts == 2 and results[0].stats.draft_tokens_proposed > 0
@@ -299,25 +339,25 @@ def test_a_generator_runs_the_target_alone_while_drafting_loses_and_retries(mode
     assert results[1].stats.rounds == n - 1 and results[1].stats.draft_tokens_proposed == 0
 
     always = _scripted_drafter(lambda committed, budget: [0], start_seconds=0.5)
-    gen = make_gen(models, None, drafter=always, skip_losing_drafts=False)
+    gen = make_gen(members, None, drafter=always, skip_losing_drafts=False)
     assert not any(check_equal(gen, models, PROMPTS["prose"], n).stats.drafting_skipped for _ in range(2))
     assert always.starts == 2
 
     seeded = _scripted_drafter(lambda committed, budget: [0], start_seconds=0.5)
-    gen = make_gen(models, None, drafter=seeded)
+    gen = make_gen(members, None, drafter=seeded)
     sampled = [gen.generate(PROMPTS["prose"], max_new_tokens=n, do_sample=True, seed=3) for _ in range(3)]
     assert [r.stats.drafting_skipped is not None for r in sampled] == [False, True, True] and seeded.starts == 1
     alone = gen.generate(PROMPTS["prose"], max_new_tokens=n, do_sample=True, seed=3, assisted=False)
     assert {r.text for r in sampled} == {alone.text}
 
 
-def test_a_generator_keeps_drafting_while_drafting_pays(models):
+def test_a_generator_keeps_drafting_while_drafting_pays(models, members):
     n = 16
     prompt = PROMPTS["code"]
-    gen = make_gen(models, None, drafter="lookup")  # only to render the prompt the same way
+    gen = make_gen(members, None, drafter="lookup")  # only to render the prompt the same way
     expected = reference_greedy(*models[TARGET], gen.target.render(prompt, None), n)
     oracle = _scripted_drafter(lambda committed, budget: expected[len(committed):][: budget.max_target_tokens])
-    gen = make_gen(models, None, drafter=oracle)
+    gen = make_gen(members, None, drafter=oracle)
     results = [check_equal(gen, models, prompt, n) for _ in range(4)]
     assert oracle.starts == 4 and not any(r.stats.drafting_skipped for r in results)
     assert all(r.stats.draft_tokens_accepted > 0 for r in results)

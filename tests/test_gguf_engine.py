@@ -6,6 +6,8 @@ Models: Qwen2.5-Coder-1.5B (the default target: Q4_K/Q6_K), Qwen2.5-Coder-0.5B (
 Q4_K/Q6_K), SmolLM2-135M (llama architecture: Q4_1/Q8_0)."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -36,8 +38,9 @@ def _backend(name: str, context: int = 8192):
     return QuantizedGGUFBackend(_gguf(name), name=name, threads=2, context=context)
 
 
-def _real_text_ids(name: str, count: int) -> list[int]:
-    """`count` ids of real text, code from Python's standard library, in the model's own vocabulary."""
+@functools.lru_cache(maxsize=None)
+def _real_text(name: str) -> tuple[int, ...]:
+    """Code from Python's standard library in the model's own vocabulary (tokenized once per model)."""
     import inspect
     import json.decoder
     import textwrap
@@ -46,9 +49,14 @@ def _real_text_ids(name: str, count: int) -> list[int]:
 
     tokenizer, _ = gguf_tokenizer(name, _gguf(name))
     text = "".join(inspect.getsource(module) for module in (json.decoder, textwrap, inspect))
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return tuple(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _real_text_ids(name: str, count: int) -> list[int]:
+    """`count` ids of real text, code from Python's standard library, in the model's own vocabulary."""
+    ids = _real_text(name)
     assert len(ids) >= count
-    return ids[:count]
+    return list(ids[:count])
 
 
 @pytest.mark.parametrize("name,contexts", [(QWEN15, (16, 300)), (QWEN05, (16, 1000)), (SMOL, (16, 1000, 4000))])

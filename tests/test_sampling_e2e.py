@@ -10,11 +10,16 @@ a long tail. The target's head is partly outside the intersection; the draft als
 target cannot write and its padded logit rows; the target's padded rows are loud too (the loop
 must mask them). p and q therefore differ a lot, so a verifier that trusts the draft is caught.
 
-Statistics: chi-square homogeneity tests of the token counts at generated positions 2 and 3 (the
+Statistics: chi-square homogeneity tests of the token counts at generated positions 2 to 4 (the
 first position is the target's prefill sample, drafting starts after it), speculative arm versus
 the target sampling alone, Bonferroni over positions, false-alarm rate ALPHA (see
 test_sampling_stats). The target-alone arm's first token is also checked against the exactly
 known p, so the reference itself is right.
+
+Sample sizes: a homogeneity test's power depends on its two samples through n_ref * n_arm /
+(n_ref + n_arm) (the chi-square's noncentrality). Every arm at T=1 is compared with one shared
+target-alone reference of REFERENCE_N requests (half the cost of a drafted request), so each arm
+needs ARM_N = 350 requests for the power that 500 had against a reference of 600 (273 either way).
 """
 from __future__ import annotations
 
@@ -119,6 +124,14 @@ def build_tiny_pair(target_tok, draft_tok) -> TinyPair:
 
 N_NEW = 4  # generated tokens per request: the first is the prefill sample, then up to 2 drafted + 1
 POSITIONS = (1, 2, 3)  # generated positions checked (0-based); drafting starts at 1
+REFERENCE_N = 1200  # target-alone requests at T=1, shared by every T=1 arm
+ARM_N = 350  # drafted requests per T=1 arm: 1200 * 350 / 1550 = 271, as 600 * 500 / 1100 = 273 before
+
+
+def effective_n(reference: int, arm: int) -> float:
+    """What a homogeneity test's power depends on (its noncentrality is this times the squared
+    distance between the two laws)."""
+    return reference * arm / (reference + arm)
 
 
 @dataclass
@@ -209,16 +222,17 @@ def tiny_gen(tiny_pair):
 
 
 @pytest.fixture(scope="module")
-def tiny_gen_greedy_drafts(tiny_pair):
+def tiny_gen_greedy_drafts(tiny_gen):
+    """tiny_gen's members (loaded once: a member passes through as itself) with greedy drafts."""
     from anypair import AnyPairGenerator
 
-    return AnyPairGenerator(tiny_pair.target, tiny_pair.draft, dtype="fp32", draft_length="constant", num_draft_tokens=2,
+    return AnyPairGenerator(tiny_gen.target, tiny_gen.draft, draft_length="constant", num_draft_tokens=2,
                             sampled_drafts="greedy")
 
 
 @pytest.fixture(scope="module")
 def reference_t1(tiny_gen):
-    return sample_requests(tiny_gen, T1, n=600, seed=100, assisted=False)
+    return sample_requests(tiny_gen, T1, n=REFERENCE_N, seed=100, assisted=False)
 
 
 # -- the distribution tests ----------------------------------------------------------------------
@@ -251,7 +265,8 @@ def test_reference_first_token_follows_exact_p(tiny_gen, tiny_pair, reference_t1
 
 
 def test_speculative_sampling_keeps_target_distribution(tiny_gen, tiny_pair, reference_t1):
-    speculative = sample_requests(tiny_gen, T1, n=500, seed=101)
+    assert effective_n(REFERENCE_N, ARM_N) >= 0.99 * effective_n(600, 500)  # the power the arms had with 500 and 600
+    speculative = sample_requests(tiny_gen, T1, n=ARM_N, seed=101)
     assert speculative.draft_failures == 0
     # every verifier path is taken: acceptances, disagreements, bonus tokens
     assert 0.1 < speculative.acceptance < 0.9, speculative.acceptance
@@ -262,7 +277,7 @@ def test_speculative_sampling_keeps_target_distribution(tiny_gen, tiny_pair, ref
 def test_drafting_that_stops_on_its_own_draws_keeps_target_distribution(tiny_gen, reference_t1):
     """A draft that ends its proposal when the probability of what it drew falls below a
     threshold decides the proposal length from its own picks: the output must stay the target's."""
-    stopping = sample_requests(tiny_gen, T1, n=500, seed=103, stop_confidence=0.02, draft_length=3)
+    stopping = sample_requests(tiny_gen, T1, n=ARM_N, seed=103, stop_confidence=0.02, draft_length=3)
     # the threshold must bite some of the time and not all of the time, or the check proves nothing
     drafting_rounds_full = 3 * stopping.rounds
     assert 0 < stopping.proposed < 0.9 * drafting_rounds_full, (stopping.proposed, stopping.rounds)
@@ -274,7 +289,7 @@ def test_greedy_drafts_as_point_masses_keep_target_distribution(tiny_gen_greedy_
     """The default sampled-drafting mode: the draft's greedy text, translated, verified as point
     masses, with and without stopping on the draft's confidence."""
     for seed, stop in ((104, 0.0), (105, 0.05)):
-        greedy_drafts = sample_requests(tiny_gen_greedy_drafts, T1, n=500, seed=seed, stop_confidence=stop)
+        greedy_drafts = sample_requests(tiny_gen_greedy_drafts, T1, n=ARM_N, seed=seed, stop_confidence=stop)
         assert greedy_drafts.draft_failures == 0
         assert greedy_drafts.proposed > 0 and 0.02 < greedy_drafts.acceptance < 0.95, greedy_drafts.acceptance
         assert int(greedy_drafts.tokens.max()) < tiny_pair.target_real
@@ -295,7 +310,9 @@ def test_every_request_is_the_target_alone_with_the_same_seed(tiny_gen, tiny_gen
 
 def test_accept_every_draft_token_is_caught(tiny_gen, reference_t1):
     """The same check with a verifier that trusts the draft: it must fail (so the check can fail)."""
-    broken = sample_requests(tiny_gen, T1, n=200, seed=102, verifier_cls=AcceptEveryDraftToken)
+    # at least the power it had with 200 against 600 (150): a check this weak still catches it
+    broken = sample_requests(tiny_gen, T1, n=175, seed=102, verifier_cls=AcceptEveryDraftToken)
+    assert effective_n(REFERENCE_N, 175) >= effective_n(600, 200)
     assert broken.acceptance == 1.0
     assert min_homogeneity_p_value(broken, reference_t1) < ALPHA / len(POSITIONS)
 
@@ -315,9 +332,10 @@ def test_warped_speculative_sampling_keeps_target_distribution(tiny_gen, name):
     assert min_homogeneity_p_value(speculative, reference) > ALPHA / len(POSITIONS)
 
 
-def test_same_tokenizer_pair_uses_identity_map_and_stays_lossless(tiny_pair):
+def test_same_tokenizer_pair_uses_identity_map_and_stays_lossless(tiny_gen, tiny_pair, reference_t1):
     """A Qwen-tokenizer draft with fewer padded rows than the target (151,680 vs 151,936): the
-    identity map carries q into the target's rows; the output law is unchanged."""
+    identity map carries q into the target's rows; the output law is unchanged. The target is the
+    tiny pair's, so the target-alone law is reference_t1's (the power of 300 against 300: 150)."""
     from transformers import Qwen2ForCausalLM
 
     from anypair import AnyPairGenerator
@@ -332,14 +350,15 @@ def test_same_tokenizer_pair_uses_identity_map_and_stays_lossless(tiny_pair):
         head = target_model.lm_head.weight[:draft_rows].clone()
         head[:, 1:] += 0.3 * torch.randn(draft_rows, HIDDEN - 1, generator=generator) * (head[:, 1:] != 0)
         draft_model.lm_head.weight.copy_(head)
-    gen = AnyPairGenerator(tiny_pair.target, (draft_model, target_tok), dtype="fp32", draft_length="constant",
+    gen = AnyPairGenerator(tiny_gen.target, (draft_model, target_tok), dtype="fp32", draft_length="constant",
                            num_draft_tokens=2, sampled_drafts="intersection")
     assert gen.same_vocabulary
-    reference = sample_requests(gen, T1, n=300, seed=300, assisted=False)
-    speculative = sample_requests(gen, T1, n=300, seed=301)
+    assert gen.target.model is tiny_pair.target[0]  # the same target: its law alone is reference_t1's
+    speculative = sample_requests(gen, T1, n=175, seed=301)
+    assert effective_n(REFERENCE_N, 175) >= effective_n(300, 300)
     assert speculative.draft_failures == 0 and speculative.acceptance > 0.3
     assert int(speculative.tokens.max()) < tiny_pair.target_real
-    assert min_homogeneity_p_value(speculative, reference) > ALPHA / len(POSITIONS)
+    assert min_homogeneity_p_value(speculative, reference_t1) > ALPHA / len(POSITIONS)
 
 
 # -- the public API: reproducibility, statistics, fallback -------------------------------------
@@ -357,7 +376,7 @@ def test_same_seed_same_text_and_statistics(tiny_gen):
     assert stats.mean_accepted_per_round == stats.draft_tokens_accepted / stats.rounds
 
 
-def test_draft_without_usable_tokens_falls_back_to_target_samples(tiny_pair):
+def test_draft_without_usable_tokens_falls_back_to_target_samples(tiny_gen, tiny_pair):
     """A draft whose mass is all off the intersection proposes nothing: every round is one target
     sample, the text the target's own with the same seed."""
     from anypair import AnyPairGenerator
@@ -367,7 +386,7 @@ def test_draft_without_usable_tokens_falls_back_to_target_samples(tiny_pair):
     hopeless.load_state_dict(draft_model.state_dict())
     with torch.no_grad():
         hopeless.lm_head.weight[49_152:, 0] = 6.0  # padded rows take everything
-    gen = AnyPairGenerator(tiny_pair.target, (hopeless, draft_tok), dtype="fp32", sampled_drafts="intersection")
+    gen = AnyPairGenerator(tiny_gen.target, (hopeless, draft_tok), dtype="fp32", sampled_drafts="intersection")
     assisted = gen.generate(PROMPT, max_new_tokens=10, do_sample=True, seed=9)
     alone = gen.generate(PROMPT, max_new_tokens=10, do_sample=True, seed=9, assisted=False)
     assert assisted.stats.draft_tokens_proposed == 0
@@ -379,11 +398,15 @@ def test_draft_without_usable_tokens_falls_back_to_target_samples(tiny_pair):
 
 @pytest.fixture(scope="module")
 def real_pair(zoo_fetch):
-    """Qwen2.5-Coder-0.5B with SmolLM2-135M in fp32, loaded once for the module: each test makes its
-    own generator on these members (a loaded member passes through as itself)."""
+    """Qwen2.5-Coder-0.5B with SmolLM2-135M as a user gets them (the default engine: both on the gguf
+    engine, the target bitwise batch-invariant), loaded once for the module: each test makes its
+    own generator on these members (a loaded member passes through as itself). The tiny pairs above
+    run the same loop on torch."""
     from anypair import AnyPairGenerator
 
-    return AnyPairGenerator(TARGET, SMOL, dtype="fp32")
+    gen = AnyPairGenerator(TARGET, SMOL)
+    assert gen.target.engine.engine == "gguf" and gen.draft.engine.engine == "gguf"
+    return gen
 
 
 def test_real_pair_samples_reproducibly_with_statistics(real_pair):

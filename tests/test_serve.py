@@ -4,7 +4,7 @@ it, a bounded load test (8 clients x 3 requests, a full queue answers 503), a cl
 mid-stream, and each bad input's status code and field.
 
 The server is the real command (`python -m anypair.cli serve`, one process for the module) on the
-test pair: Qwen2.5-Coder-0.5B-Instruct with SmolLM2-135M-Instruct as its draft, 16 new tokens.
+test pair: Qwen2.5-Coder-0.5B-Instruct with SmolLM2-135M-Instruct as its draft, 16 new tokens (8 in the load test).
 Queueing itself is tested on a stand-in generator that holds the queue full for as long as the
 test needs (a real one would finish at its own pace and make the test a race).
 """
@@ -123,21 +123,36 @@ def chat(client: openai.OpenAI, question: str, **kwargs) -> str:
 @pytest.fixture(scope="module")
 def expected(server, zoo_fetch) -> dict[str, str]:
     """`anypair generate`'s greedy text for the raw prompt and for the chat question (capsys is
-    function-scoped: the CLI runs here through its own stdout capture)."""
+    function-scoped: the CLI runs here through its own stdout capture). Each call makes its own
+    generator as a fresh `anypair generate` does (options, drafter, ledger); the models themselves
+    are loaded once for the five (a loaded member passes through a generator as itself)."""
     import contextlib
     import io
 
     from anypair.cli import main
+    from anypair.generation import members
+
+    loaded: dict[tuple, object] = {}
+    load_member = members.load_member
+
+    def load_once(spec, **kwargs):
+        key = (spec, *sorted(kwargs.items()))
+        if key not in loaded:
+            loaded[key] = load_member(spec, **kwargs)
+        return loaded[key]
 
     texts = {}
-    for name, prompt, flags in (("raw", CODE, ["--raw"]), ("chat", QUESTION, []),
-                                ("raw alone", CODE, ["--raw", "--no-assisted"]),
-                                ("chat alone", QUESTION, ["--no-assisted"]),
-                                ("raw sampled", CODE, ["--raw", *SAMPLED_FLAGS])):
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            assert main(["generate", prompt, *PAIR_FLAGS, *flags]) == 0
-        texts[name] = out.getvalue().removesuffix("\n")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(members, "load_member", load_once)
+        for name, prompt, flags in (("raw", CODE, ["--raw"]), ("chat", QUESTION, []),
+                                    ("raw alone", CODE, ["--raw", "--no-assisted"]),
+                                    ("chat alone", QUESTION, ["--no-assisted"]),
+                                    ("raw sampled", CODE, ["--raw", *SAMPLED_FLAGS])):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                assert main(["generate", prompt, *PAIR_FLAGS, *flags]) == 0
+            texts[name] = out.getvalue().removesuffix("\n")
+    assert len(loaded) == 2  # the target and the draft, each loaded once
     return texts
 
 
@@ -207,13 +222,15 @@ def test_models_and_health(server, client):
 
 # -- load: one generator, a bounded queue ------------------------------------------------------------
 
+LOAD_TOKENS = 8  # what the load test checks (all served, in order, each as if alone) does not grow with length
 LOAD_REQUESTS = [("raw", CODE), ("raw", "The three laws of thermodynamics are"), ("raw", "import numpy as np\n\n"),
                  ("chat", QUESTION), ("chat", "Name three prime numbers."), ("chat", "What is a KV cache?")]
 
 
 def send(client: openai.OpenAI, request: tuple[str, str]) -> str:
     kind, text = request
-    return complete(client, text) if kind == "raw" else chat(client, text)
+    ask = complete if kind == "raw" else chat
+    return ask(client, text, max_tokens=LOAD_TOKENS)
 
 
 def test_load_8_clients_x_3_requests_all_served_each_as_if_alone(server, client):
