@@ -134,8 +134,10 @@ def run_serve(args) -> int:
     # the port is taken before the models load: a busy port fails in a second, not after a minute
     sock = listening_socket(args.host, args.port)
     gen = _load_pair(args, options)
+    max_batch, batch_note = _max_batch(gen, args.max_batch)
     settings = ServeSettings(model_name=args.model_name or str(args.model), queue_size=args.queue_size,
-                             default_max_tokens=args.max_new_tokens, allowed_origins=tuple(args.allow_origin))
+                             max_batch=max_batch, default_max_tokens=args.max_new_tokens,
+                             allowed_origins=tuple(args.allow_origin))
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
     log = logging.getLogger("anypair.serving")
@@ -145,7 +147,8 @@ def run_serve(args) -> int:
     def ready(url: str) -> None:
         # stdout is the answer: the address, for a script to read; the rest goes to stderr
         print(f"anypair serve: {settings.model_name} at {url}/v1", flush=True)
-        print(f"engines: {gen.engines}; queue: {settings.queue_size}; Ctrl-C stops", file=sys.stderr, flush=True)
+        print(f"engines: {gen.engines}; batch: {batch_note}; queue: {settings.queue_size}; Ctrl-C stops",
+              file=sys.stderr, flush=True)
 
     # generation runs on the server's worker thread: the threads of the pool that loaded the models
     # here would make OpenMP wait passively everywhere (see release_thread_pool)
@@ -153,6 +156,42 @@ def run_serve(args) -> int:
 
     release_thread_pool()
     run_server(create_app(gen, settings), sock, ready)
+    return 0
+
+
+#: requests batched at most by default (more rows a call stop paying on a small CPU), and the share of
+#: the memory available at start that their KV caches may take at the full context
+DEFAULT_MAX_BATCH = 8
+KV_MEMORY_SHARE = 0.5
+
+
+def _max_batch(gen, asked: Optional[int]) -> tuple[int, str]:
+    """--max-batch as asked, or by default from memory: as many requests as fit their KV caches at the
+    full context in half the memory available now, at most DEFAULT_MAX_BATCH; 1 where the engines
+    cannot batch. Returns it and a note for the start line (the KV per slot)."""
+    why_not = gen.batching_unavailable()
+    if asked is not None and asked < 1:
+        raise InputError(f"--max-batch must be at least 1 (requests that share each forward), got {asked}")
+    if why_not is not None:
+        if asked is not None and asked > 1:
+            raise InputError(f"--max-batch {asked}: {why_not}; use --max-batch 1 (one request at a time)")
+        return 1, f"one request at a time ({why_not})"
+    per_slot = gen.kv_bytes_per_slot()
+    if asked is None:
+        available = _available_memory()
+        asked = max(1, min(DEFAULT_MAX_BATCH, int(available * KV_MEMORY_SHARE // per_slot))) if available else 1
+    return asked, f"up to {asked} requests at once, KV {per_slot / 2**20:.0f} MiB per slot at the full context"
+
+
+def _available_memory() -> int:
+    """MemAvailable of /proc/meminfo in bytes (0 where there is none)."""
+    try:
+        with open("/proc/meminfo") as info:
+            for line in info:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return 0
 
 
@@ -224,6 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080; 0: any free port)")
     s.add_argument("--queue-size", type=int, default=16,
                    help="requests that may wait while one generates (default 16); one more is answered 503")
+    s.add_argument("--max-batch", type=int, default=None,
+                   help="requests that run at once, sharing each forward of the target (continuous batching: "
+                        "each still gets exactly its text alone); default: as many as fit the memory, at most 8; "
+                        "1: one at a time")
     s.add_argument("--model-name", help="the model id clients send (default: -m as given)")
     s.add_argument("--allow-origin", action="append", default=[],
                    help="a web origin whose pages may call the server (CORS), e.g. http://localhost:3000, or '*'; "

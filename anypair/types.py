@@ -128,6 +128,16 @@ class GenerationStats:
     drafting_skipped: Optional[str] = None
     proposals_by_source: dict[str, int] = field(default_factory=dict)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
+    # continuous batching: requests per target call this request's rounds ran in (1 alone), summed
+    # over its rounds, and the most; rounds in a shared call where the policy drafted nothing (a
+    # drafted row's share of the shared call did not pay for the draft's own steps)
+    batch_size_sum: int = 0
+    batch_size_max: int = 0
+    undrafted_shared_rounds: int = 0
+
+    @property
+    def mean_batch_size(self) -> float:
+        return self.batch_size_sum / self.rounds if self.rounds else 1.0
 
     @property
     def acceptance_rate(self) -> float:

@@ -10,9 +10,18 @@
 2. Load: 32 requests from 8 clients (4 each, back to back, all at once) on the same server; each text
    must equal its request served alone (part 1's). Prints each request's queue wait and tok/s (the
    server's generation, and the client's including the wait), and the lost, errors and mismatches.
+3. Continuous batching (`--batching-only` runs just this part): the same load on a server of
+   `--max-batch 1` (one request at a time) and of `--max-batch 8`: aggregate tok/s (all new tokens over
+   the load's wall time) and its ratio, the median request's tok/s against a lone request's, lost,
+   errors and answers identical to the request alone; the time to first token of a request arriving
+   while 7 others decode against its own alone; the KV per slot (the server's start line) and the
+   server's peak RSS. Beside it, llama.cpp's own multi-sequence batched decode on the target's GGUF
+   (llama-cpp-python's batch API, one sequence id per request, greedy): its aggregate tok/s, and the
+   share of its answers under load that differ from its answers alone. Prints one table.
 
     python evaluation/bench_serve.py                              # the goals' run (takes minutes)
     python evaluation/bench_serve.py --n 2 --max-new-tokens 16 --load-requests 8 --load-clients 4  # smoke
+    python evaluation/bench_serve.py --batching-only --n 4 --max-new-tokens 32 --load-requests 8 --load-clients 4
 """
 from __future__ import annotations
 
@@ -60,6 +69,7 @@ class LoadRun:
     generation_tok_s: float  # the server's: new tokens over generation time
     client_tok_s: float  # the client's: new tokens over the request's wall time, waiting included
     error: Optional[str] = None
+    new_tokens: int = 0
 
 
 class ServeProcess:
@@ -143,11 +153,196 @@ def run_load(server: ServeProcess, model: str, prompts: list[str], alone: list[s
             stats = response.model_extra["anypair"]
             tokens = response.usage.completion_tokens
             runs.append(LoadRun(c, k, True, response.choices[0].text == alone[k], stats["queue_wait_s"],
-                                stats["tokens_per_second"], tokens / seconds))
+                                stats["tokens_per_second"], tokens / seconds, new_tokens=tokens))
         return runs
 
     with concurrent.futures.ThreadPoolExecutor(clients) as pool:
         return [run for runs in pool.map(one_client, range(clients)) for run in runs]
+
+
+# -- 3. continuous batching ------------------------------------------------------------------------
+
+
+def peak_rss_bytes(pid: int) -> int:
+    """VmHWM of a live process (Linux), 0 where unknown."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def time_to_first_token(client: openai.OpenAI, model: str, prompt: str, max_tokens: int) -> float:
+    started = time.perf_counter()
+    stream = client.completions.create(model=model, prompt=prompt, max_tokens=max_tokens, temperature=0, stream=True)
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].text:
+            break
+    seconds = time.perf_counter() - started
+    stream.close()
+    return seconds
+
+
+@dataclass
+class BatchFigures:
+    max_batch: int
+    aggregate_tok_s: float
+    median_request_tok_s: float
+    lone_request_tok_s: float
+    lost: int
+    errors: int
+    identical: int
+    answered: int
+    ttft_alone_s: float = 0.0
+    ttft_under_load_s: float = 0.0
+    peak_rss_bytes: int = 0
+    start_line: str = ""
+
+
+def run_batching_server(args, prompts: list[str], max_batch: int, alone: Optional[list[str]]) -> tuple[BatchFigures, list[str]]:
+    """One server of `--max-batch max_batch`: texts alone (when `alone` is None), the load, the TTFT."""
+    server = ServeProcess(["-m", args.target, "-a", args.draft, "--threads", str(args.threads), "--max-batch",
+                           str(max_batch), "--queue-size", str(args.load_requests),
+                           "--max-new-tokens", str(args.max_new_tokens)])
+    try:
+        client = server.client()
+        http_complete(client, args.target, prompts[0], 8)  # warm
+        lone_rates, texts = [], []
+        for prompt in prompts:
+            response, seconds = http_complete(client, args.target, prompt, args.max_new_tokens)
+            texts.append(response.choices[0].text)
+            lone_rates.append(response.usage.completion_tokens / seconds)
+        alone = alone or texts
+        ttft_alone = time_to_first_token(client, args.target, prompts[-1], 4)
+        started = time.perf_counter()
+        load = run_load(server, args.target, prompts, alone, args.max_new_tokens, args.load_requests,
+                        args.load_clients)
+        wall = time.perf_counter() - started
+        # a request arriving while 7 (or max_batch - 1) others decode
+        others = min(7, max(1, max_batch - 1))
+        with concurrent.futures.ThreadPoolExecutor(others) as pool:
+            busy = [pool.submit(http_complete, server.client(), args.target, prompts[i % len(prompts)],
+                                args.max_new_tokens) for i in range(others)]
+            time.sleep(max(2.0, 2 * ttft_alone))  # they are decoding now
+            ttft_loaded = time_to_first_token(client, args.target, prompts[-1], 4)
+            for future in busy:
+                future.result()
+        rss = peak_rss_bytes(server.process.pid)
+        start_line = next((line.strip() for line in server.log_path.read_text().splitlines() if "batch:" in line), "")
+    finally:
+        server.stop()
+    answered = [r for r in load if r.ok]
+    tokens = sum(r.new_tokens for r in answered)
+    figures = BatchFigures(max_batch, tokens / wall, statistics.median([r.client_tok_s for r in answered] or [0.0]),
+                           statistics.median(lone_rates), args.load_requests - len(load),
+                           sum(not r.ok for r in load), sum(r.same_text for r in answered), len(answered),
+                           ttft_alone, ttft_loaded, rss, start_line)
+    return figures, alone
+
+
+def llama_cpp_batched(gguf: Path, prompts: list[str], max_tokens: int, threads: int, sequences: int) -> dict:
+    """llama.cpp's multi-sequence batched decode (one sequence id per prompt, greedy): each prompt alone,
+    then `sequences` at once; aggregate tok/s of the batched run and how many answers differ."""
+    import ctypes
+
+    import llama_cpp as L
+    import numpy as np
+
+    L.llama_backend_init()
+    model = L.llama_model_load_from_file(str(gguf).encode(), L.llama_model_default_params())
+    vocab = L.llama_model_get_vocab(model)
+    n_vocab = L.llama_vocab_n_tokens(vocab)
+
+    def tokenize(text: str) -> list[int]:
+        raw = text.encode()
+        out = (L.llama_token * (len(raw) + 16))()
+        n = L.llama_tokenize(vocab, raw, len(raw), out, len(out), True, False)
+        return list(out[:n])
+
+    ids = [tokenize(p) for p in prompts][:sequences]
+    longest = max(len(i) for i in ids) + max_tokens + 8
+    params = L.llama_context_default_params()
+    params.n_ctx, params.n_batch, params.n_ubatch = longest * len(ids), 512, 512
+    params.n_seq_max, params.n_threads, params.n_threads_batch = len(ids), threads, threads
+    ctx = L.llama_init_from_model(model, params)
+    batch = L.llama_batch_init(512, 0, len(ids))
+
+    def decode(rows: list[tuple[int, int, int, bool]]) -> None:  # (token, position, sequence, logits)
+        for begin in range(0, len(rows), 512):
+            part = rows[begin:begin + 512]
+            for i, (token, pos, seq, logits) in enumerate(part):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos, 1
+                batch.seq_id[i][0], batch.logits[i] = seq, logits
+            batch.n_tokens = len(part)
+            if L.llama_decode(ctx, batch) != 0:
+                raise RuntimeError("llama_decode failed")
+
+    def argmax(row: int) -> int:
+        pointer = L.llama_get_logits_ith(ctx, row)
+        return int(np.argmax(np.ctypeslib.as_array(ctypes.cast(pointer, ctypes.POINTER(ctypes.c_float)), (n_vocab,))))
+
+    def run(group: list[int]) -> tuple[list[list[int]], float]:
+        L.llama_memory_clear(L.llama_get_memory(ctx), True)
+        rows = [(t, p, s, p == len(ids[s]) - 1) for s in group for p, t in enumerate(ids[s])]
+        decode(rows)
+        last = {s: argmax(i) for i, (_, p, s, keep) in enumerate(rows) if keep and len(rows) <= 512}
+        if len(last) != len(group):  # more prompt rows than one batch: read each sequence's last row again
+            raise RuntimeError("prompts too long for one llama.cpp batch in this benchmark")
+        out = {s: [last[s]] for s in group}
+        started = time.perf_counter()
+        for step in range(max_tokens - 1):
+            decode([(out[s][-1], len(ids[s]) + step, s, True) for s in group])
+            for i, s in enumerate(group):
+                out[s].append(argmax(i))
+        return [out[s] for s in group], time.perf_counter() - started
+
+    alone = [run([s])[0][0] for s in range(len(ids))]
+    together, seconds = run(list(range(len(ids))))
+    L.llama_batch_free(batch)
+    L.llama_free(ctx)
+    L.llama_model_free(model)
+    differ = sum(a != b for a, b in zip(alone, together))
+    return {"sequences": len(ids), "aggregate_tok_s": len(ids) * (max_tokens - 1) / seconds, "differ": differ}
+
+
+def run_batching(args, prompts: list[str]) -> dict:
+    print(f"\n3. continuous batching: {args.load_requests} requests from {args.load_clients} clients, "
+          f"{args.max_new_tokens} new tokens, greedy", flush=True)
+    one, alone = run_batching_server(args, prompts, 1, None)
+    batched, _ = run_batching_server(args, prompts, 8, alone)
+    try:
+        from anypair.zoo.registry import ZOO_MODELS
+        from anypair.zoo.served_gguf import gguf_file
+
+        llama = llama_cpp_batched(gguf_file(ZOO_MODELS[args.target], progress=False), prompts,
+                                  args.max_new_tokens, args.threads, 8)
+    except Exception as exc:  # llama-cpp-python missing or its API changed: the table says so
+        llama = {"error": f"{type(exc).__name__}: {exc}"}
+    gib = 2 ** 30
+    rows = [("aggregate tok/s", f"{one.aggregate_tok_s:.2f}", f"{batched.aggregate_tok_s:.2f}",
+             f"{batched.aggregate_tok_s / one.aggregate_tok_s:.2f}x (goal >= 3x)"),
+            ("median request tok/s / lone request", f"{one.median_request_tok_s / one.lone_request_tok_s:.2f}",
+             f"{batched.median_request_tok_s / batched.lone_request_tok_s:.2f}", "goal >= 0.6"),
+            ("lost / errors", f"{one.lost} / {one.errors}", f"{batched.lost} / {batched.errors}", "goal 0 / 0"),
+            ("identical to alone", f"{one.identical}/{one.answered}", f"{batched.identical}/{batched.answered}",
+             "goal 100%"),
+            ("TTFT alone / under load (s)", f"{one.ttft_alone_s:.2f} / {one.ttft_under_load_s:.2f}",
+             f"{batched.ttft_alone_s:.2f} / {batched.ttft_under_load_s:.2f}",
+             f"{batched.ttft_under_load_s / batched.ttft_alone_s:.2f}x (goal <= 1.5x)"),
+            ("peak RSS (GiB)", f"{one.peak_rss_bytes / gib:.2f}", f"{batched.peak_rss_bytes / gib:.2f}", "")]
+    print(f"  {'':38s} {'--max-batch 1':>16s} {'--max-batch 8':>16s}")
+    for name, a, b, note in rows:
+        print(f"  {name:38s} {a:>16s} {b:>16s}  {note}")
+    print(f"  server start line: {batched.start_line}")
+    if "error" in llama:
+        print(f"  llama.cpp batched decode: not run ({llama['error']})")
+    else:
+        print(f"  llama.cpp batched decode ({llama['sequences']} sequences, target alone, no draft): "
+              f"{llama['aggregate_tok_s']:.2f} tok/s aggregate; answers differing from alone: "
+              f"{llama['differ']}/{llama['sequences']}")
+    return {"one_at_a_time": asdict(one), "batched": asdict(batched), "llama_cpp": llama}
 
 
 def main() -> None:
@@ -160,6 +355,7 @@ def main() -> None:
     parser.add_argument("--load-requests", type=int, default=32)
     parser.add_argument("--load-clients", type=int, default=8)
     parser.add_argument("--json", help="save every figure to this JSON file")
+    parser.add_argument("--batching-only", action="store_true", help="run part 3 (continuous batching) only")
     args = parser.parse_args()
     if min(args.n, args.max_new_tokens, args.threads, args.load_requests, args.load_clients) < 1:
         parser.error("--n, --max-new-tokens, --threads, --load-requests and --load-clients must be at least 1")
@@ -167,6 +363,13 @@ def main() -> None:
     from anypair.generation.generator import AnyPairGenerator
 
     prompts = humaneval_prompts(args.n)
+    if args.batching_only:
+        print(f"machine: {describe_machine()}")
+        figures = run_batching(args, prompts)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"machine": describe_machine(), "settings": vars(args),
+                                                   "batching": figures}, indent=1))
+        return
     print(f"machine: {describe_machine()}")
     print(f"pair: {args.target} + {args.draft}; {len(prompts)} HumanEval prompts, {args.max_new_tokens} new tokens, "
           f"greedy, {args.threads} threads", flush=True)

@@ -262,19 +262,9 @@ def test_a_broken_architecture_is_caught(tiny_files):
                 layer.post_attn_norm = layer.post_ffn_norm = None
         else:
             engine.shape = dataclasses.replace(engine.shape, rope_pairs="adjacent")
-        engine.stack = _restacked(engine)
+        engine.stack = engine._layer_stack()
         mean_share, _, _ = _shares(engine.extend(ids, all_logits=True), theirs)
         assert mean_share > 2 * MEAN_LOGIT_TOLERANCE, (broken, mean_share)
-
-
-def _restacked(engine):
-    from anypair.kernels.ops import LayerStack
-
-    shape, layer = engine.shape, engine.layers[0]
-    return LayerStack(engine.layers, hidden=shape.hidden, heads=shape.heads, kv_heads=shape.kv_heads,
-                      head_dim=shape.head_dim, rms_eps=shape.rms_eps, rope_cos=layer.rope[0], rope_sin=layer.rope[1],
-                      rope_halves=shape.rope_pairs == "halves", activation=shape.activation,
-                      attn_scale=shape.attn_scale or None, attn_softcap=shape.attn_softcap)
 
 
 def test_an_architecture_the_engine_does_not_run_is_refused_in_one_line(tmp_path):

@@ -234,10 +234,17 @@ def _decoder_layer(index: int, shape: ModelShape, tensors: dict, cache_shape: tu
     return DecoderLayer(
         attn_norm=norm("attn_norm"), ffn_norm=norm("ffn_norm"),
         q=q, k=k, v=v, attn_out=weight("attn_output"), gate=gate, up=up, down=weight("ffn_down"),
-        k_cache=torch.zeros(cache_shape, dtype=torch.float16), v_cache=torch.zeros(cache_shape, dtype=torch.float16),
+        k_cache=_lazy_zeros(cache_shape), v_cache=_lazy_zeros(cache_shape),
         post_attn_norm=norm("post_attention_norm"), post_ffn_norm=norm("post_ffw_norm"),
         q_norm=norm("attn_q_norm"), k_norm=norm("attn_k_norm"), rope=rope,
         window=shape.windows[index] if shape.windows else 0)
+
+
+def _lazy_zeros(shape: tuple[int, ...]) -> torch.Tensor:
+    """An fp16 KV cache of zeros whose pages are mapped when first written: numpy's calloc leaves a
+    large block's zero pages untouched (torch.zeros writes every byte, so a cache for the whole
+    context, times the batch's slots, would be resident from the start)."""
+    return torch.from_numpy(np.zeros(shape, dtype=np.float16))
 
 
 def _float_tensor(tensor) -> torch.Tensor:
@@ -255,9 +262,8 @@ class QuantizedGGUFBackend(ModelBackend):
     bitwise_batch_invariant = True
 
     def __init__(self, path: os.PathLike, *, name: str = "gguf", threads: Optional[int] = None,
-                 context: Optional[int] = None) -> None:
+                 context: Optional[int] = None, slots: int = 1) -> None:
         from anypair.kernels import LinearGroup, QuantWeight, load_library
-        from anypair.kernels.ops import LayerStack
 
         load_library()  # compile (or find in the cache) before reading the model: a missing compiler fails fast
         self.path = Path(path)
@@ -273,7 +279,11 @@ class QuantizedGGUFBackend(ModelBackend):
         self.head = LinearGroup([self.embedding if output is tensors["token_embd.weight"]
                                  else QuantWeight.from_gguf_tensor(output)])
         self.output_norm = _float_tensor(tensors["output_norm.weight"])
-        cache_shape = (shape.kv_heads, self.max_context, shape.head_dim)
+        if slots < 1:
+            raise InputError(f"{name}: slots must be at least 1, got {slots}")
+        #: sequences whose KV state the engine holds at once (continuous batching); the engine itself is slot 0
+        self.slots = slots
+        cache_shape = (slots, shape.kv_heads, self.max_context, shape.head_dim)
         tables: dict[RopeSpec, tuple[torch.Tensor, torch.Tensor]] = {}  # one table per distinct rotary
         for i in range(shape.layers):
             spec = shape.rope_of(i)
@@ -289,14 +299,20 @@ class QuantizedGGUFBackend(ModelBackend):
         self.weight_types = sorted({w.type_name for w in matrices} | {w.type_name for w in self.head.weights})
         self.weights_bytes = sum(w.nbytes for w in matrices) + self.embedding.nbytes \
             + sum(w.nbytes for w in self.head.weights if w is not self.embedding)
-        cos, sin = tables[shape.rope_of(shape.layers - 1)]
-        self.stack = LayerStack(self.layers, hidden=shape.hidden, heads=shape.heads, kv_heads=shape.kv_heads,
-                                head_dim=shape.head_dim, rms_eps=shape.rms_eps, rope_cos=cos, rope_sin=sin,
-                                rope_halves=shape.rope_pairs == "halves", activation=shape.activation,
-                                attn_scale=shape.attn_scale or None, attn_softcap=shape.attn_softcap)
-        self._length = 0
+        self.stack = self._layer_stack()
+        self._lengths = [0] * slots  # cached positions per slot
         self._gguf = gguf  # keeps the memory map alive
         self._outside_layers: Optional[dict[str, float]] = None  # seconds of the parts timed in Python, while profiling
+
+    def _layer_stack(self):
+        """The C forward over self.layers (each layer carries its own rotary table, window and norms)."""
+        from anypair.kernels.ops import LayerStack
+
+        shape, last = self.shape, self.layers[-1]
+        return LayerStack(self.layers, hidden=shape.hidden, heads=shape.heads, kv_heads=shape.kv_heads,
+                          head_dim=shape.head_dim, rms_eps=shape.rms_eps, rope_cos=last.rope[0], rope_sin=last.rope[1],
+                          rope_halves=shape.rope_pairs == "halves", activation=shape.activation,
+                          attn_scale=shape.attn_scale or None, attn_softcap=shape.attn_softcap)
 
     # -- where a forward's time goes (`anypair bench --roofline`) ---------------------------------
 
@@ -317,31 +333,73 @@ class QuantizedGGUFBackend(ModelBackend):
 
     @property
     def cached_length(self) -> int:
-        return self._length
+        return self._lengths[0]
 
     def reset(self) -> None:
-        self._length = 0
+        self._lengths[0] = 0
 
     def crop(self, length: int) -> None:
-        if length < 0 or length > self._length:
-            raise ValueError(f"cannot crop a cache of {self._length} positions to {length}")
-        self._length = length  # positions past it are overwritten by the next extend
+        self._crop(0, length)
 
     def extend(self, ids: Sequence[int], all_logits: bool = False) -> torch.Tensor:
+        return self._extend(0, ids, all_logits)
+
+    # -- several sequences (continuous batching) ----------------------------------------------------
+
+    def set_slots(self, slots: int) -> None:
+        """Hold `slots` sequences' KV state from now on (a new cache per layer: every sequence is
+        forgotten). Cache pages are mapped as positions are written, so a slot costs memory only
+        for the context it uses; `kv_bytes_per_slot` is its most."""
+        if slots < 1:
+            raise InputError(f"{self.name}: slots must be at least 1, got {slots}")
+        if slots == self.slots:
+            self._lengths = [0] * slots
+            return
+        shape = (slots, self.shape.kv_heads, self.max_context, self.shape.head_dim)
+        for layer in self.layers:
+            layer.k_cache, layer.v_cache = _lazy_zeros(shape), _lazy_zeros(shape)
+        old = self.stack
+        self.stack = self._layer_stack()
+        self.stack.profile = old.profile
+        self.slots = slots
+        self._lengths = [0] * slots
+
+    @property
+    def kv_bytes_per_slot(self) -> int:
+        """The fp16 K and V of every layer for one sequence at the full context."""
+        shape = self.shape
+        return 2 * 2 * shape.layers * shape.kv_heads * self.max_context * shape.head_dim
+
+    def sequence(self, slot: int) -> "GGUFSequence":
+        """Slot `slot` as a ModelBackend of its own (extend/crop/reset on that sequence only)."""
+        if not 0 <= slot < self.slots:
+            raise ValueError(f"{self.name}: slot {slot} of {self.slots}")
+        return GGUFSequence(self, slot)
+
+    def _crop(self, slot: int, length: int) -> None:
+        if length < 0 or length > self._lengths[slot]:
+            raise ValueError(f"cannot crop a cache of {self._lengths[slot]} positions to {length}")
+        self._lengths[slot] = length  # positions past it are overwritten by the next extend
+
+    def _check_rows(self, slot: int, ids: Sequence[int]) -> list[int]:
         if not ids:
             raise ValueError("extend() needs at least one token")
-        if self._length + len(ids) > self.max_context:
-            raise InputError(f"{self.name}: context of {self._length + len(ids)} tokens exceeds this engine's "
+        if self._lengths[slot] + len(ids) > self.max_context:
+            raise InputError(f"{self.name}: context of {self._lengths[slot] + len(ids)} tokens exceeds this engine's "
                              f"{self.max_context} (context option, or the model's trained context): "
                              "shorten the prompt, lower max_new_tokens, or raise context")
         if any(not 0 <= int(t) < self.vocab_size for t in ids):
             raise InputError(f"{self.name}: token id out of range for a vocabulary of {self.vocab_size}")
-        ids = [int(t) for t in ids]
+        return [int(t) for t in ids]
+
+    def _extend(self, slot: int, ids: Sequence[int], all_logits: bool) -> torch.Tensor:
+        ids = self._check_rows(slot, ids)
         outputs = []
         for begin in range(0, len(ids), PREFILL_CHUNK):
             piece = ids[begin:begin + PREFILL_CHUNK]
             keep_all = all_logits or begin + len(piece) == len(ids)
-            outputs.append(self._forward(piece, all_logits=all_logits if keep_all else None))
+            logits = "all" if all_logits else "last" if keep_all else "none"
+            outputs.append(self.forward_rows([SequenceRows(slot, piece, logits)])[0])
         if all_logits:
             return torch.cat([o for o in outputs if o is not None])
         return outputs[-1]
@@ -349,35 +407,95 @@ class QuantizedGGUFBackend(ModelBackend):
     # -- the forward --------------------------------------------------------------------------------
 
     @torch.inference_mode()
-    def _forward(self, ids: list[int], all_logits: Optional[bool]) -> Optional[torch.Tensor]:
+    def forward_rows(self, calls: Sequence["SequenceRows"]) -> list[Optional[torch.Tensor]]:
+        """One forward over the rows of several sequences (at most one call per slot), each appended
+        to its own slot's cache: per call the logits it asks for ([len(ids), V] "all", [V] "last", or
+        None), bitwise those it gets alone. The caller chunks long prompts (PREFILL_CHUNK rows a
+        call bounds the activations' memory)."""
         from anypair.kernels import dequant_rows, rmsnorm, softcap
 
-        start = self._length
+        if len({c.slot for c in calls}) != len(calls):
+            raise ValueError("forward_rows: one call per slot (a sequence's rows go together, in order)")
+        calls = [SequenceRows(c.slot, self._check_rows(c.slot, c.ids), c.logits) for c in calls]
         profile = self._outside_layers
         t0 = time.perf_counter() if profile is not None else 0.0
-        rows = dequant_rows(self.embedding, ids)
+        rows = dequant_rows(self.embedding, [t for c in calls for t in c.ids])
         if self.shape.embedding_scale != 1.0:  # gemma: one rounded multiply per element, any batch gives these bits
             rows.mul_(self.shape.embedding_scale)
         if profile is not None:
             profile["embedding"] += time.perf_counter() - t0
-        x = self.stack(rows, start, self.threads)
-        self._length = start + len(ids)
-        if all_logits is None:  # a prefill chunk before the last: only the cache matters
-            return None
+        x = self.stack.forward_seqs(rows, [(len(c.ids), self._lengths[c.slot], c.slot) for c in calls], self.threads)
+        picked: list[int] = []  # the rows whose logits are asked for, in call order
+        row = 0
+        for c in calls:
+            self._lengths[c.slot] += len(c.ids)
+            picked += range(row, row + len(c.ids)) if c.logits == "all" else [row + len(c.ids) - 1] \
+                if c.logits == "last" else []
+            row += len(c.ids)
+        if not picked:  # prefill chunks before the last: only the caches matter
+            return [None] * len(calls)
         t0 = time.perf_counter() if profile is not None else 0.0
-        last = x if all_logits else x[-1:]
-        logits = self.head(rmsnorm(last.contiguous(), self.output_norm, self.shape.rms_eps), self.threads)[0]
-        if self.shape.final_softcap:
+        chosen = x if len(picked) == x.shape[0] else x[torch.tensor(picked)]
+        logits = self.head(rmsnorm(chosen.contiguous(), self.output_norm, self.shape.rms_eps), self.threads)[0]
+        if self.shape.final_softcap:  # elementwise: each row's bits whatever rows share the call
             softcap(logits, self.shape.final_softcap)
         if profile is not None:
             profile["head"] += time.perf_counter() - t0
-        return logits if all_logits else logits[0]
+        outputs: list[Optional[torch.Tensor]] = []
+        at = 0
+        for c in calls:
+            if c.logits == "all":
+                outputs.append(logits[at:at + len(c.ids)])
+                at += len(c.ids)
+            elif c.logits == "last":
+                outputs.append(logits[at])
+                at += 1
+            else:
+                outputs.append(None)
+        return outputs
 
     def describe(self) -> str:
         from anypair.kernels import simd_level
 
         return (f"{self.path.name}: {self.shape.architecture}, {'/'.join(self.weight_types)} blocks, "
                 f"{simd_level()} kernels, {self.threads} threads")
+
+
+@dataclass(frozen=True)
+class SequenceRows:
+    """One sequence's part of a shared forward: `ids` appended to slot `slot`, and which logits come
+    back: "all" rows, the "last" row, or "none" (a prefill chunk before the prompt's last)."""
+
+    slot: int
+    ids: Sequence[int]
+    logits: str = "all"
+
+
+class GGUFSequence(ModelBackend):
+    """One slot of a QuantizedGGUFBackend behind the ModelBackend interface: a request's own KV state
+    in an engine that holds several (its weights, and its forward calls, are the engine's)."""
+
+    bitwise_batch_invariant = True
+
+    def __init__(self, engine: QuantizedGGUFBackend, slot: int) -> None:
+        self.engine = engine
+        self.slot = slot
+        self.vocab_size = engine.vocab_size
+        self.max_context = engine.max_context
+        self.name = f"{engine.name} slot {slot}"
+
+    @property
+    def cached_length(self) -> int:
+        return self.engine._lengths[self.slot]
+
+    def reset(self) -> None:
+        self.engine._lengths[self.slot] = 0
+
+    def crop(self, length: int) -> None:
+        self.engine._crop(self.slot, length)
+
+    def extend(self, ids: Sequence[int], all_logits: bool = False) -> torch.Tensor:
+        return self.engine._extend(self.slot, ids, all_logits)
 
 
 def load_gguf_member(spec: ModelSpec, *, role: str, options: LoadOptions):

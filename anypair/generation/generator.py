@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass
-from typing import Iterator, Optional, Sequence, Union
+from typing import Callable, Iterator, Optional, Sequence, Union
 
 import torch
 
 from anypair.drafters.base import DraftRequest, Drafter, NoDrafter
 from anypair.errors import InputError
+from anypair.generation.batch import BatchScheduler
 from anypair.generation.loop import DecodeRequest, DecodeSession
 from anypair.generation.options import (
     DEFAULT_DRAFT_WINDOW,
@@ -177,23 +178,28 @@ class AnyPairGenerator:
             self._same_vocabulary = same_vocabulary(self.target.tokenizer, self.draft.tokenizer)
         return self._same_vocabulary
 
-    def _model_drafter(self, sampling: SamplingConfig, noise: Optional[PositionNoise]) -> Drafter:
+    def _model_drafter(self, sampling: SamplingConfig, noise: Optional[PositionNoise],
+                       slot: Optional[int] = None) -> Drafter:
         from anypair.drafters.model import ModelDrafter
 
         assert self.draft is not None and self.draft_backend is not None  # plan_request's "model" needs one
-        if not sampling.do_sample and self._greedy_drafter is not None:
+        if slot is not None:  # a batched request: its own drafter, on its own slot of the draft engine
+            backend = self.draft_backend.sequence(slot)
+        elif not sampling.do_sample and self._greedy_drafter is not None:
             return self._greedy_drafter
+        else:
+            backend = self.draft_backend
 
         def render(request: DraftRequest) -> list[int]:
             return self._draft_prompt_ids(request.prompt, request.messages, request.target_prompt_ids)
 
-        drafter = ModelDrafter(self.draft_backend, self.draft.tokenizer, self.target.tokenizer, render,
+        drafter = ModelDrafter(backend, self.draft.tokenizer, self.target.tokenizer, render,
                                same_vocabulary=self.same_vocabulary,
                                confidence_threshold=self.options.confidence_threshold,
                                sampling=sampling, noise=noise,
                                intersection_sampling=self.options.sampled_drafts == "intersection",
                                prompt_window=self.draft_window)
-        if not sampling.do_sample:
+        if not sampling.do_sample and slot is None:
             self._greedy_drafter = drafter
         return drafter
 
@@ -221,21 +227,22 @@ class AnyPairGenerator:
         rendered = self.target.hf_tokenizer.decode(body, skip_special_tokens=False, clean_up_tokenization_spaces=False)
         return self.draft.render(rendered, None)
 
-    def _drafter(self, kind: DrafterKind, sampling: SamplingConfig, noise: Optional[PositionNoise]) -> Drafter:
+    def _drafter(self, kind: DrafterKind, sampling: SamplingConfig, noise: Optional[PositionNoise],
+                 slot: Optional[int] = None) -> Drafter:
         if kind == "none":
             return NoDrafter()
         if kind == "given":
             assert isinstance(self.options.drafter, Drafter)
             return self.options.drafter
         if kind == "model":
-            return self._model_drafter(sampling, noise)
+            return self._model_drafter(sampling, noise, slot)
         if kind == "lookup":
             from anypair.drafters.lookup import PromptLookupDrafter
 
             return PromptLookupDrafter()
         from anypair.drafters.hybrid import HybridDrafter
 
-        return HybridDrafter(self._model_drafter(sampling, noise), verify_slope=self._verify_slope())
+        return HybridDrafter(self._model_drafter(sampling, noise, slot), verify_slope=self._verify_slope())
 
     @staticmethod
     def _verifier(kind: VerifierKind, sampling: SamplingConfig, noise: Optional[PositionNoise]) -> Verifier:
@@ -302,7 +309,9 @@ class AnyPairGenerator:
             return None
         return self._ledgers.setdefault((plan.drafter, request.sampling.do_sample), DraftingLedger())
 
-    def _session(self, request: GenerationRequest) -> tuple[DecodeSession, Optional[_LedgerEntry]]:
+    def _session(self, request: GenerationRequest,
+                 slot: Optional[int] = None) -> tuple[DecodeSession, Optional[_LedgerEntry]]:
+        """The request's session on the engines' own state, or (`slot`) on that slot of a batch."""
         plan = self.plan(request)
         target_ids = self.target.render(request.prompt, request.messages)
         if not target_ids:
@@ -320,14 +329,15 @@ class AnyPairGenerator:
         noise = PositionNoise() if sampling.do_sample else None
         ledger = self._ledger(plan, request)
         decision = ledger.decide() if ledger is not None else LedgerDecision(draft=True)
-        drafter = self._drafter(plan.drafter, sampling, noise) if decision.draft else NoDrafter()
+        drafter = self._drafter(plan.drafter, sampling, noise, slot) if decision.draft else NoDrafter()
         messages = list(request.messages) if request.messages is not None else None
         draft_request = DraftRequest(target_ids, prompt=request.prompt, messages=messages)
         # no end-of-sequence ids: the loop then stops only at max_new_tokens (or a stop string)
         eos_ids = frozenset() if request.ignore_eos else self.target.eos_ids
         decode_request = DecodeRequest(target_ids, request.max_new_tokens, eos_ids, request.stop_strings, draft_request,
                                        drafting_skipped=decision.skip_note())
-        session = DecodeSession(self.target_backend, self.target.tokenizer, drafter,
+        target = self.target_backend if slot is None else self.target_backend.sequence(slot)
+        session = DecodeSession(target, self.target.tokenizer, drafter,
                                 self._verifier(plan.verifier, sampling, noise), plan.policy, decode_request)
         entry = _LedgerEntry(ledger, decision) if ledger is not None and decision.draft else None
         return session, entry
@@ -387,3 +397,123 @@ class AnyPairGenerator:
             yield from session
             self.last_result = session.result
             self._settle(ledger_entry, session)
+
+    # -- several requests at once (continuous batching, generation.batch) -------------------------
+    def batching_unavailable(self) -> Optional[str]:
+        """Why requests cannot share the target's forward here (None: they can). Batching needs the
+        GGUF engine (its sequences in slots) for the target, and for a draft model too."""
+        if not hasattr(self.target_backend, "forward_rows"):
+            return f"the target runs on {self.target.engine.engine}, not the gguf engine"
+        if self.draft_backend is not None and not hasattr(self.draft_backend, "sequence") \
+                and self.options.drafter in ("model", "hybrid"):
+            return f"the draft runs on {self.draft.engine.engine}, not the gguf engine"
+        if isinstance(self.options.drafter, Drafter) or isinstance(self.options.draft_length, DraftLengthPolicy):
+            return "a Drafter or DraftLengthPolicy instance holds one request's state"
+        return None
+
+    def kv_bytes_per_slot(self) -> int:
+        """The most a batched request's KV caches take (target and draft, at their full context)."""
+        return sum(getattr(b, "kv_bytes_per_slot", 0) for b in (self.target_backend, self.draft_backend) if b)
+
+    def batch_scheduler(self, max_batch: int) -> BatchScheduler:
+        """A scheduler of up to `max_batch` concurrent requests on this generator's models (their
+        engines are given that many slots: what they held is forgotten). The caller owns the
+        generator while it runs rounds (`anypair serve`'s worker; `generate_many`)."""
+        from anypair.generation.batch import BatchScheduler
+
+        why_not = self.batching_unavailable()
+        if why_not is not None and max_batch > 1:
+            raise InputError(f"cannot batch requests: {why_not}: use max_batch=1 (one request at a time)")
+        if why_not is not None:
+            return BatchScheduler(_OneSlot(self.target_backend), 1, self._batch_session, self._verify_slope())
+        for backend in (self.target_backend, self.draft_backend):
+            if backend is not None and hasattr(backend, "set_slots") and backend.slots < max_batch:
+                backend.set_slots(max_batch)
+        self._greedy_drafter = None  # its draft state was in the caches just replaced
+        return BatchScheduler(self.target_backend, max_batch, self._batch_session, self._verify_slope())
+
+    def _batch_session(self, slot: int, arguments: dict) -> tuple[DecodeSession, Callable[[DecodeSession], None]]:
+        """A batched request's session on slot `slot` (`arguments` are stream()'s), and what to do when it ends."""
+        single = not hasattr(self.target_backend, "sequence")  # _OneSlot: the engine's own state
+        session, entry = self._session(GenerationRequest.of(**arguments), None if single else slot)
+        return session, lambda finished: self._settle(entry, finished)
+
+    def generate_many(self, prompts: Optional[Sequence[str]] = None, *,
+                      messages: Optional[Sequence[Sequence[dict]]] = None,
+                      max_new_tokens: Union[int, Sequence[int]] = 128, max_batch: int = 8,
+                      stop: Union[str, Sequence[str], None] = None, do_sample: bool = False,
+                      temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                      seed: Union[int, Sequence[Optional[int]], None] = None, assisted: bool = True,
+                      ignore_eos: bool = False) -> list[GenerationResult]:
+        """Several requests at once, sharing each target forward (continuous batching, up to
+        `max_batch` at a time): one result per prompt (or conversation), in order, each exactly what
+        `generate` returns for it alone. `max_new_tokens` and `seed` may be one per request."""
+        if (prompts is None) == (messages is None):
+            raise InputError("generate_many needs prompts=[...] or messages=[conversation, ...], not both")
+        items = list(prompts if prompts is not None else messages)
+        lengths = [max_new_tokens] * len(items) if isinstance(max_new_tokens, int) else list(max_new_tokens)
+        seeds = list(seed) if isinstance(seed, (list, tuple)) else [seed] * len(items)
+        if len(lengths) != len(items) or len(seeds) != len(items):
+            raise InputError(f"max_new_tokens and seed: one value, or one per request ({len(items)})")
+        requests = [dict(prompt=item if prompts is not None else None,
+                         messages=list(item) if messages is not None else None, max_new_tokens=n, stop=stop,
+                         do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, seed=s,
+                         assisted=assisted, ignore_eos=ignore_eos) for item, n, s in zip(items, lengths, seeds)]
+        for arguments in requests:  # bad arguments fail before anything runs
+            GenerationRequest.of(**arguments)
+        with self._claim("a generate_many() call"):
+            scheduler = self.batch_scheduler(min(max_batch, max(1, len(requests))))
+            sinks = [_Collector() for _ in requests]
+            for arguments, sink in zip(requests, sinks):
+                scheduler.submit(arguments, sink)
+            try:
+                while scheduler.busy:
+                    scheduler.round()
+            finally:
+                scheduler.close()
+        for sink in sinks:
+            if sink.error is not None:
+                raise sink.error
+        return [sink.result for sink in sinks]
+
+
+class _Collector:
+    """generate_many's RequestSink: keeps the result (or the error)."""
+
+    def __init__(self) -> None:
+        self.result: Optional[GenerationResult] = None
+        self.error: Optional[Exception] = None
+
+    def text(self, chunk: str) -> None:
+        pass
+
+    def finished(self, result: GenerationResult) -> None:
+        self.result = result
+
+    def failed(self, error: Exception) -> None:
+        self.error = error
+
+    def cancelled(self) -> bool:
+        return False
+
+    def dropped(self) -> None:
+        pass
+
+
+class _OneSlot:
+    """An engine without slots as a scheduler's engine of one: its one sequence, one call a round."""
+
+    slots = 1
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+
+    def sequence(self, slot: int):
+        return self.backend
+
+    def forward_rows(self, calls):
+        (call,) = calls
+        if call.logits == "none":
+            self.backend.extend(call.ids)
+            return [None]
+        return [self.backend.extend(call.ids, all_logits=call.logits == "all")]

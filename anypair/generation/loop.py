@@ -7,13 +7,18 @@ what was kept; the drafter learns what was committed and the policy gets the rou
 `RoundFeedback`. Nothing re-encodes the context. If the drafter raises, proposes ids outside the
 target's vocabulary, or keeps proposing nothing, the loop goes on with the target alone (the
 output is the same, only slower) and the statistics say why.
+
+The loop itself (`DecodeSession.steps`) never calls the target's forward: it yields a `TargetCall`
+and is sent the logits back. Iterating a session runs each call at once on its own backend (one
+request); the batch scheduler (`generation.batch`) gathers the calls of every active session into
+one shared forward. Both are the same code path, so a request's text is the same either way.
 """
 from __future__ import annotations
 
 import logging
 import time
 from dataclasses import dataclass
-from typing import Iterator, Optional, Sequence
+from typing import Generator, Iterator, Optional, Sequence, Union
 
 import torch
 
@@ -41,6 +46,35 @@ class DecodeRequest:
     # why this request runs the target alone although it asked for drafting (the generator's
     # DraftingLedger), for its statistics; None: it drafts as planned
     drafting_skipped: Optional[str] = None
+
+
+@dataclass
+class TargetCall:
+    """A forward the loop needs from the target: `ids` after its cached positions (`prefill`: a new
+    sequence, its cache reset first; the last position's logits) and the logits sent back.
+
+    The driver sets `charged_seconds`, the time the call costs this request: the call's own time
+    alone; in a shared call, its share (`generation.batch.row_share`): the base split among the
+    requests, each row's marginal cost to the request that drafted it. `batch_size`: the requests
+    sharing the call."""
+
+    ids: list[int]
+    all_logits: bool
+    prefill: bool = False
+    charged_seconds: float = 0.0
+    batch_size: int = 1
+
+
+#: what `DecodeSession.steps` yields: a forward it needs (answered with its logits), or verified text
+Step = Union[TargetCall, str]
+
+
+def run_call(target: ModelBackend, call: TargetCall) -> torch.Tensor:
+    """Run one TargetCall on `target` alone; `charged_seconds` is its time."""
+    started = time.perf_counter()
+    logits = target.prefill(call.ids) if call.prefill else target.extend(call.ids, all_logits=call.all_logits)
+    call.charged_seconds = time.perf_counter() - started
+    return logits
 
 
 class DecodeSession:
@@ -131,9 +165,30 @@ class DecodeSession:
 
     # -- the loop -----------------------------------------------------------------------------
     def __iter__(self) -> Iterator[str]:
+        """The request alone: each forward runs at once on the session's target."""
+        steps = self.steps()
+        reply: Optional[torch.Tensor] = None
+        try:
+            while True:
+                try:
+                    step = steps.send(reply)
+                except StopIteration:
+                    return
+                if isinstance(step, TargetCall):
+                    reply = run_call(self.target, step)
+                else:
+                    reply = None
+                    yield step
+        finally:
+            steps.close()
+
+    def steps(self) -> Generator[Step, Optional[torch.Tensor], None]:
+        """The loop, step by step: yields each `TargetCall` (send its logits back) and each piece of
+        verified text (send None); `result` is set when it ends."""
         stats = self.stats
         started = time.perf_counter()
-        logits = self._mask_padding(self.target.prefill(self.request.target_prompt_ids))
+        logits = yield TargetCall(list(self.request.target_prompt_ids), all_logits=False, prefill=True)
+        logits = self._mask_padding(logits)
         first_target_id = self.verifier.first_token(logits)
         stats.time_prefill_s = stats.time_to_first_token_s = time.perf_counter() - started
         done = self._commit([first_target_id])
@@ -161,12 +216,21 @@ class DecodeSession:
             stats.time_drafting_s += (t1 - t0) - proposal.translate_seconds
 
             cached = self.target.cached_length
-            scores = self._mask_padding(self.target.extend([last_target_id, *proposal.target_ids], all_logits=True))
+            call = TargetCall([last_target_id, *proposal.target_ids], all_logits=True)
+            t_call = time.perf_counter()
+            scores = yield call
+            # what the call cost this request: its own time alone, its share of a shared call
+            outside = call.charged_seconds - (time.perf_counter() - t_call)
+            scores = self._mask_padding(scores)
             outcome = self.verifier.verify(scores, proposal)
             self.target.crop(cached + 1 + outcome.n_accepted)
-            t2 = time.perf_counter()
+            t2 = time.perf_counter() + outside
             stats.time_verifying_s += t2 - t1
             self.verify_passes.append((1 + len(proposal), t2 - t1))
+            stats.batch_size_sum += call.batch_size
+            stats.batch_size_max = max(stats.batch_size_max, call.batch_size)
+            if call.batch_size > 1 and budget.max_draft_steps == 0 and not isinstance(self.drafter, NoDrafter):
+                stats.undrafted_shared_rounds += 1
 
             new_target_ids = list(proposal.target_ids[: outcome.n_accepted]) + [outcome.next_target_id]
             self._count_round(proposal, outcome)

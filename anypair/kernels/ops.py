@@ -220,7 +220,7 @@ class DecoderLayer:
     gate: QuantWeight
     up: QuantWeight
     down: QuantWeight
-    k_cache: torch.Tensor  # [kv_heads, max_len, head_dim] float16
+    k_cache: torch.Tensor  # [kv_heads, max_len, head_dim] float16, or [slots, kv_heads, max_len, head_dim]
     v_cache: torch.Tensor
     post_attn_norm: Optional[torch.Tensor] = None  # [hidden]
     post_ffn_norm: Optional[torch.Tensor] = None
@@ -279,6 +279,8 @@ class LayerStack:
                                     layer.attn_out._struct, (_ApWeight * 2)(layer.gate._struct, layer.up._struct),
                                     layer.down._struct, layer.k_cache.data_ptr(), layer.v_cache.data_ptr()))
         self._layers = (_ApLayer * len(structs))(*structs)
+        # sequences whose KV the caches hold side by side (a 4-D cache: [slots, kv_heads, max_len, head_dim])
+        self.slots = int(self.layers[0].k_cache.shape[0]) if self.layers[0].k_cache.dim() == 4 else 1
         self._lib = load_library()
         #: seconds per part of the forward (PROFILE_PARTS order), summed over calls while profiling is on
         self.profile: Optional[np.ndarray] = None
@@ -293,6 +295,24 @@ class LayerStack:
                                              _path_code(path, use_reference), profile)
         if status != 0:
             raise RuntimeError(f"ap_layers_forward failed ({status}): past the cache, or out of memory")
+        return x
+
+    def forward_seqs(self, x: torch.Tensor, seqs: Sequence[tuple[int, int, int]], threads: int = 0,
+                     use_reference: bool = False, path: KernelPath = "best") -> torch.Tensor:
+        """Rows of several sequences in one call: `seqs` lists (rows, start, slot) per sequence, in
+        x's row order; each row attends only to its own slot's cache. x updated in place and returned."""
+        x = x.contiguous()
+        if sum(rows for rows, _, _ in seqs) != x.shape[0]:
+            raise ValueError(f"the sequences' rows ({sum(r for r, _, _ in seqs)}) differ from x's ({x.shape[0]})")
+        rows, starts, slots = (np.array(column, dtype=np.intc) for column in zip(*seqs))
+        profile = self.profile.ctypes.data if self.profile is not None else None
+        status = self._lib.ap_layers_forward_seqs(ctypes.addressof(self._model), ctypes.addressof(self._layers),
+                                                  len(self.layers), x.data_ptr(), rows.ctypes.data, starts.ctypes.data,
+                                                  slots.ctypes.data, len(seqs), self.slots, threads,
+                                                  _path_code(path, use_reference), profile)
+        if status != 0:
+            raise RuntimeError(f"ap_layers_forward_seqs failed ({status}): a slot or position past the cache, "
+                               "or out of memory")
         return x
 
 

@@ -38,6 +38,7 @@ from anypair.serving.schemas import (
     completion_chunk,
     finish_reason,
     round_statistics,
+    timings,
     usage,
 )
 from anypair.serving.worker import Chunk, Event, Failed, Finished, GenerationWorker, Job, QueueFull, ServedGenerator
@@ -53,7 +54,8 @@ class ServeSettings:
     """What the server adds to the generator's own options."""
 
     model_name: str  # the id clients send as `model` (the target's name by default)
-    queue_size: int = 16  # requests that may wait while one generates; one more gets 503
+    queue_size: int = 16  # requests that may wait while the running ones generate; one more gets 503
+    max_batch: int = 1  # requests that run at once, sharing each target forward (continuous batching)
     default_max_tokens: int = 128  # for requests that leave max_tokens out
     # web pages (origins such as "http://localhost:3000", or "*") whose scripts may call the server:
     # a chat front end in a browser needs its origin here; none by default
@@ -66,7 +68,7 @@ class ClientGone(Exception):
 
 def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
     """The application serving `generator` (an AnyPairGenerator, loaded once)."""
-    worker = GenerationWorker(generator, settings.queue_size)
+    worker = GenerationWorker(generator, settings.queue_size, settings.max_batch)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -88,8 +90,9 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {"status": "ok", "model": settings.model_name, "generating": worker.running is not None,
-                "queued": worker.waiting, "queue_size": worker.queue_size, "served": worker.served,
-                "cancelled": worker.cancelled}
+                "running": worker.active if worker.max_batch > 1 else int(worker.running is not None),
+                "max_batch": worker.max_batch, "queued": worker.waiting, "queue_size": worker.queue_size,
+                "served": worker.served, "cancelled": worker.cancelled}
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -117,7 +120,7 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
         try:
             worker.submit(job)
         except QueueFull as full:
-            raise APIError(503, f"the server is busy: {worker.queue_size} requests already wait for the generator; "
+            raise APIError(503, f"the server is busy: {worker.queue_size} requests already wait for a free slot; "
                                 f"retry in {full.retry_after_s} s (the Retry-After header)",
                            error_type=SERVER_ERROR, code="queue_full",
                            headers={"Retry-After": str(full.retry_after_s)}) from None
@@ -174,7 +177,7 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
                 elif isinstance(event, Finished):
                     reason = finish_reason(event.result)
                     last = chat_chunk(ids, {}, reason) if chat else completion_chunk(ids, "", reason)
-                    yield sse({**last, "anypair": statistics(event)})
+                    yield sse({**last, "timings": timings(event.result), "anypair": statistics(event)})
                     if include_usage:
                         yield sse({**ids.header(last["object"]), "choices": [], "usage": usage(event.result)})
                     yield format_sse_event(data_str="[DONE]")

@@ -169,7 +169,26 @@ def round_statistics(result: GenerationResult, engines: str, queue_wait_s: float
         "queue_wait_s": round(queue_wait_s, 4),
         "engines": engines,
         "draft_failure_reason": s.draft_failure_reason,
+        # continuous batching: the requests that shared this one's target calls (mean over its rounds,
+        # and the most), and its rounds in a shared call where drafting did not pay for itself
+        "batch_size": round(s.mean_batch_size, 3),
+        "batch_size_max": max(1, s.batch_size_max),
+        "undrafted_shared_rounds": s.undrafted_shared_rounds,
+        # vLLM's speculative-decoding figure: tokens a verification step yields (1 + accepted draft tokens)
+        "mean_acceptance_length": round(1.0 + s.mean_accepted_per_round, 4),
     }
+
+
+def timings(result: GenerationResult) -> dict[str, Any]:
+    """llama-server's `timings` object, which its clients read for speculative decoding (draft_n,
+    draft_n_accepted): the prompt's and the generation's token counts, milliseconds and rates."""
+    s = result.stats
+    prompt_ms, predicted_ms = 1000.0 * s.time_prefill_s, 1000.0 * max(0.0, s.total_time_s - s.time_prefill_s)
+    return {"prompt_n": s.prompt_tokens, "prompt_ms": round(prompt_ms, 3),
+            "prompt_per_second": round(s.prompt_tokens / prompt_ms * 1000.0, 3) if prompt_ms > 0 else 0.0,
+            "predicted_n": s.new_tokens, "predicted_ms": round(predicted_ms, 3),
+            "predicted_per_second": round(s.new_tokens / predicted_ms * 1000.0, 3) if predicted_ms > 0 else 0.0,
+            "draft_n": s.draft_tokens_proposed, "draft_n_accepted": s.draft_tokens_accepted}
 
 
 class ResponseIds:
@@ -186,13 +205,15 @@ class ResponseIds:
 
 def completion_body(ids: ResponseIds, result: GenerationResult, anypair: dict[str, Any]) -> dict[str, Any]:
     choice = {"index": 0, "text": result.text, "finish_reason": finish_reason(result), "logprobs": None}
-    return {**ids.header("text_completion"), "choices": [choice], "usage": usage(result), "anypair": anypair}
+    return {**ids.header("text_completion"), "choices": [choice], "usage": usage(result), "timings": timings(result),
+            "anypair": anypair}
 
 
 def chat_body(ids: ResponseIds, result: GenerationResult, anypair: dict[str, Any]) -> dict[str, Any]:
     choice = {"index": 0, "message": {"role": "assistant", "content": result.text},
               "finish_reason": finish_reason(result), "logprobs": None}
-    return {**ids.header("chat.completion"), "choices": [choice], "usage": usage(result), "anypair": anypair}
+    return {**ids.header("chat.completion"), "choices": [choice], "usage": usage(result), "timings": timings(result),
+            "anypair": anypair}
 
 
 def completion_chunk(ids: ResponseIds, text: str, reason: Optional[FinishReason] = None) -> dict[str, Any]:

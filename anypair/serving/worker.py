@@ -1,10 +1,14 @@
 """One generator, one thread, requests in arrival order.
 
-An AnyPairGenerator serves one request at a time (its models' KV caches hold one request's state),
-and on a small CPU a second model copy would only halve the speed of both. So the server runs every
+On a small CPU a second model copy would only halve the speed of both, so the server runs every
 request on one worker thread, off the event loop (which keeps answering /health and accepting
 requests), from a bounded first-in-first-out queue: a request that finds it full is refused at once
 (503 with Retry-After) rather than left waiting without end.
+
+With `max_batch` > 1 (the GGUF engine), up to that many requests run at once by continuous batching
+(`generation.batch`): each round the worker admits waiting requests into free slots, and one target
+forward scores every running request's rows; each request's text is exactly the one it gets alone.
+With `max_batch` 1 (or another engine), one request at a time, each streamed to its end.
 
 The worker streams every request (`generator.stream`), and passes each verified piece of text to
 the request's handler on the event loop. A handler whose client went away cancels its job: a
@@ -98,11 +102,17 @@ class QueueFull(Exception):
 class GenerationWorker:
     """The thread that owns the generator. `submit` from the event loop; events come back on the job."""
 
-    def __init__(self, generator: ServedGenerator, queue_size: int) -> None:
+    def __init__(self, generator: ServedGenerator, queue_size: int, max_batch: int = 1) -> None:
         if queue_size < 1:
             raise InputError(f"the queue size must be at least 1, got {queue_size}")
+        if max_batch < 1:
+            raise InputError(f"--max-batch must be at least 1 (requests that share each forward), got {max_batch}")
         self.generator = generator
         self.queue_size = queue_size
+        self.max_batch = max_batch
+        # continuous batching (made on the worker thread: the scheduler gives the engines their slots)
+        self._scheduler: Any = None
+        self.active = 0  # requests running now
         self._waiting: queue.Queue[Optional[Job]] = queue.Queue(maxsize=queue_size)
         self._thread = threading.Thread(target=self._run, name="anypair-generation", daemon=True)
         self._stopping = False
@@ -122,6 +132,9 @@ class GenerationWorker:
         self._stopping = True
         if self.running is not None:
             self.running.cancel()
+        if self._scheduler is not None:
+            for active in list(self._scheduler.active):
+                active.sink.job.cancel()
         while True:
             try:
                 job = self._waiting.get_nowait()
@@ -151,11 +164,15 @@ class GenerationWorker:
         return self._waiting.qsize()
 
     def retry_after_s(self) -> int:
-        # a slot frees when the running request ends: at most about one request's time away
-        return max(1, math.ceil(self._mean_request_s or 1.0))
+        # a slot frees when a running request ends: at most about one request's time away, sooner
+        # when several run at once
+        return max(1, math.ceil((self._mean_request_s or 1.0) / self.max_batch))
 
     # -- the worker thread ----------------------------------------------------------------------
     def _run(self) -> None:
+        if self.max_batch > 1:
+            self._run_batched()
+            return
         while True:
             job = self._waiting.get()
             if job is None or self._stopping:
@@ -204,6 +221,34 @@ class GenerationWorker:
             self.served += 1
             job.emit(Finished(self.generator.last_result, queue_wait_s))
 
+    def _run_batched(self) -> None:
+        """Rounds of the batch scheduler; waiting jobs join whenever a slot is free."""
+        scheduler = self._scheduler = self.generator.batch_scheduler(self.max_batch)
+        try:
+            while not self._stopping:
+                while len(scheduler.active) + len(scheduler.waiting) < self.max_batch:
+                    try:  # block only when nothing runs
+                        job = self._waiting.get(block=not scheduler.busy)
+                    except queue.Empty:
+                        break
+                    if job is None or self._stopping:
+                        return
+                    if job.cancelled.is_set():
+                        self.cancelled += 1
+                        logger.info("%s cancelled while queued (the client left)", job.request_id)
+                        continue
+                    scheduler.submit(job.arguments, _JobSink(self, job))
+                try:
+                    scheduler.round()
+                except Exception:  # the thread must outlive any round, or every later request would hang
+                    logger.exception("anypair: a batch round failed")
+                self.active = len(scheduler.active)
+                self.running = scheduler.active[0].sink.job if scheduler.active else None
+        finally:
+            for active in scheduler.active:
+                active.sink.job.emit(Failed(RuntimeError("the server is shutting down")))
+            scheduler.close()
+
     def _blame(self, job: Job) -> tuple[str, Optional[str]]:
         """The field an InputError of the generator is about. The prompt's length is only measured
         here, on the error path, and on this thread (tokenizers are not shared across threads)."""
@@ -219,3 +264,39 @@ class GenerationWorker:
         if prompt_tokens + args["max_new_tokens"] > context:
             return job.max_tokens_field, "context_length_exceeded"
         return text_field, None
+
+
+class _JobSink:
+    """A batched request's events, handed to its job (the scheduler's RequestSink)."""
+
+    def __init__(self, worker: GenerationWorker, job: Job) -> None:
+        self.worker = worker
+        self.job = job
+        self.admitted_at = time.perf_counter()
+
+    def text(self, chunk: str) -> None:
+        if self.job.streams:
+            self.job.emit(Chunk(chunk))
+        self.job.chunks_sent += 1
+
+    def finished(self, result: GenerationResult) -> None:
+        worker = self.worker
+        worker.served += 1
+        took = time.perf_counter() - self.admitted_at
+        worker._mean_request_s = took if worker._mean_request_s is None else 0.8 * worker._mean_request_s + 0.2 * took
+        self.job.emit(Finished(result, self.admitted_at - self.job.enqueued_at))
+
+    def failed(self, error: Exception) -> None:
+        if isinstance(error, InputError):
+            param, code = self.worker._blame(self.job)
+            self.job.emit(Failed(error, param, code))
+        else:
+            self.job.emit(Failed(error))
+
+    def dropped(self) -> None:
+        self.worker.cancelled += 1
+        logger.info("%s cancelled after %d chunks (the client left); its slot is free", self.job.request_id,
+                    self.job.chunks_sent)
+
+    def cancelled(self) -> bool:
+        return self.job.cancelled.is_set()

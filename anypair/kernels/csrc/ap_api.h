@@ -47,9 +47,11 @@ void ap_silu_mul(float *gate, const float *up, long n, int use_ref);
 void ap_gelu_tanh_mul(float *gate, const float *up, long n, int use_ref);
 void ap_softcap(float *x, long n, float cap, int use_ref);
 int ap_attention(const float *q, const uint16_t *k_cache, const uint16_t *v_cache, int L_max, int start, int M, int Hq, int Hkv, int D, float scale, float softcap, int window, float *out, int nthreads, int use_ref);
+int ap_attention_rows(const float *q, const uint16_t *k_cache, const uint16_t *v_cache, int L_max, const int *pos, const int64_t *cache_at, int M, int Hq, int Hkv, int D, float scale, float softcap, int window, float *out, int nthreads, int use_ref);
 // forward.c
 int ap_profile_parts(void);
 int ap_layers_forward(const ap_model *m, const ap_layer *layers, int n_layers, float *x, int start, int M, int nthreads, int path, double *profile);
+int ap_layers_forward_seqs(const ap_model *m, const ap_layer *layers, int n_layers, float *x, const int *seq_rows, const int *seq_start, const int *seq_slot, int n_seqs, int n_slots, int nthreads, int path, double *profile);
 // roofline.c
 uint64_t ap_stream_read(const uint8_t *buffer, size_t bytes, int nthreads);
 long ap_int8_peak(long iterations, int nthreads, int use_avx2, int32_t *sink);

@@ -1,4 +1,5 @@
 // The transformer layers of a decoder step in one call: no Python between the kernels.
+// ap_layers_forward_seqs runs rows of several sequences (cache slots) in that one call.
 //
 // gpt-fast's forward, in C: rows x[M][hidden] at positions start..start+M-1 go through every layer
 // (RMSNorm, q/k/v with biases, per-head q/k RMSNorm where the layer has them, rotary from the layer's
@@ -46,12 +47,37 @@ static void rotate(float *x, int heads, const ap_model *m, const ap_layer *L, in
     }
 }
 
-// path: AP_PATH_BEST, AP_PATH_REFERENCE or AP_PATH_AVX2 (the linears'; the other ops have one SIMD
-// path, used unless the reference is asked for). Returns 0, -1 for bad arguments, -2 when out of memory.
+// One sequence alone: its rows at positions start..start+M-1, its KV in the caches' only (first) slot.
 int ap_layers_forward(const ap_model *m, const ap_layer *layers, int n_layers, float *x, int start, int M, int nthreads,
                       int path, double *profile) {
+    const int slot = 0;
+    return ap_layers_forward_seqs(m, layers, n_layers, x, &M, &start, &slot, 1, 1, nthreads, path, profile);
+}
+
+// Several sequences in one call (continuous batching): x holds n_seqs runs of rows, run s being
+// seq_rows[s] rows at positions seq_start[s].. of the sequence whose KV lives in cache slot
+// seq_slot[s] (caches [n_slots][kv_heads][max_len][head_dim]). The linears and norms see all rows at
+// once; rotary, the cache writes and attention are per row, each row attending only to its own slot
+// (ap_attention_rows), so every row's result is bitwise the one it gets when its sequence runs alone.
+// path: AP_PATH_BEST, AP_PATH_REFERENCE or AP_PATH_AVX2 (the linears'; the other ops have one SIMD
+// path, used unless the reference is asked for). Returns 0, -1 for bad arguments, -2 when out of memory.
+int ap_layers_forward_seqs(const ap_model *m, const ap_layer *layers, int n_layers, float *x, const int *seq_rows,
+                           const int *seq_start, const int *seq_slot, int n_seqs, int n_slots, int nthreads, int path,
+                           double *profile) {
     const int use_ref = path == AP_PATH_REFERENCE;
-    if (M <= 0 || start < 0 || start + M > m->max_len) return -1;
+    int M = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        if (seq_rows[s] <= 0 || seq_start[s] < 0 || seq_start[s] + seq_rows[s] > m->max_len || seq_slot[s] < 0 ||
+            seq_slot[s] >= n_slots) return -1;
+        M += seq_rows[s];
+    }
+    if (n_seqs <= 0) return -1;
+    const size_t slot_size = (size_t)m->kv_heads * m->max_len * m->head_dim;  // one slot of one layer's cache
+    int *pos = malloc(sizeof(int) * (size_t)M);  // each row's position and its sequence's cache offset
+    int64_t *cache_at = malloc(sizeof(int64_t) * (size_t)M);
+    if (!pos || !cache_at) { free(pos); free(cache_at); return -2; }
+    for (int s = 0, r = 0; s < n_seqs; s++)
+        for (int i = 0; i < seq_rows[s]; i++, r++) { pos[r] = seq_start[s] + i; cache_at[r] = (int64_t)(seq_slot[s] * slot_size); }
     const int E = m->hidden, Hq = m->heads, Hkv = m->kv_heads, D = m->head_dim, F = m->ffn;
     float *h = malloc(sizeof(float) * (size_t)M * E), *q = malloc(sizeof(float) * (size_t)M * Hq * D);
     float *k = malloc(sizeof(float) * (size_t)M * Hkv * D), *v = malloc(sizeof(float) * (size_t)M * Hkv * D);
@@ -71,18 +97,18 @@ int ap_layers_forward(const ap_model *m, const ap_layer *layers, int n_layers, f
         if (L->k_norm) ap_rmsnorm(k, L->k_norm, M * Hkv, D, m->rms_eps, k, use_ref);
         charge(profile, AP_PROF_NORMS, &mark);
         for (int r = 0; r < M; r++) {
-            rotate(q + (size_t)r * Hq * D, Hq, m, L, start + r);
-            rotate(k + (size_t)r * Hkv * D, Hkv, m, L, start + r);
-            for (int kh = 0; kh < Hkv; kh++) {  // the cache, written by position
-                uint16_t *kc = L->k_cache + ((size_t)kh * m->max_len + start + r) * D;
-                uint16_t *vc = L->v_cache + ((size_t)kh * m->max_len + start + r) * D;
+            rotate(q + (size_t)r * Hq * D, Hq, m, L, pos[r]);
+            rotate(k + (size_t)r * Hkv * D, Hkv, m, L, pos[r]);
+            for (int kh = 0; kh < Hkv; kh++) {  // the cache, written by position in the row's slot
+                uint16_t *kc = L->k_cache + cache_at[r] + ((size_t)kh * m->max_len + pos[r]) * D;
+                uint16_t *vc = L->v_cache + cache_at[r] + ((size_t)kh * m->max_len + pos[r]) * D;
                 const float *ks = k + ((size_t)r * Hkv + kh) * D, *vs = v + ((size_t)r * Hkv + kh) * D;
                 for (int i = 0; i < D; i++) { kc[i] = ap_f2h(ks[i]); vc[i] = ap_f2h(vs[i]); }
             }
         }
         charge(profile, AP_PROF_ROPE_CACHE, &mark);
-        if ((status = ap_attention(q, L->k_cache, L->v_cache, m->max_len, start, M, Hq, Hkv, D, m->attn_scale, m->attn_softcap, L->window, att,
-                                   nthreads, use_ref)) != 0) break;
+        if ((status = ap_attention_rows(q, L->k_cache, L->v_cache, m->max_len, pos, cache_at, M, Hq, Hkv, D,
+                                        m->attn_scale, m->attn_softcap, L->window, att, nthreads, use_ref)) != 0) break;
         charge(profile, AP_PROF_ATTENTION, &mark);
         float *o_out[1] = {tmp};
         if ((status = ap_linear(&L->attn_out, 1, att, M, Hq * D, o_out, nthreads, path)) != 0) break;
@@ -112,5 +138,6 @@ int ap_layers_forward(const ap_model *m, const ap_layer *layers, int n_layers, f
         charge(profile, AP_PROF_RESIDUAL, &mark);
     }
     free(h); free(q); free(k); free(v); free(att); free(tmp); free(gate); free(up);
+    free(pos); free(cache_at);
     return status;
 }

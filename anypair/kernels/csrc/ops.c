@@ -290,10 +290,21 @@ static void attend_one_avx2(const float *q, const uint16_t *kc, const uint16_t *
 }
 #endif
 
-// Returns 0, or -1 for bad shapes.
-int ap_attention(const float *q, const uint16_t *k_cache, const uint16_t *v_cache, int L_max, int start, int M,
-                 int Hq, int Hkv, int D, float scale, float softcap, int window, float *out, int nthreads, int use_ref) {
-    if (Hkv <= 0 || Hq % Hkv || D % 8 || Hq / Hkv > 64 || start + M > L_max) return -1;
+// Attention for rows of several sequences in one parallel region (continuous batching): row m sits
+// at position pos[m] of the sequence whose caches start cache_at[m] elements into k_cache/v_cache
+// (its slot) and attends to positions lo..pos[m] of that slot only; each row's arithmetic is its own
+// (above), so its output is bitwise the one it gets alone. One region instead of one per
+// sequence: a parallel region's start and end cost little on an idle CPU and a scheduler's time
+// slice on a busy one, paid per layer. Returns 0, or -1 for bad shapes.
+int ap_attention_rows(const float *q, const uint16_t *k_cache, const uint16_t *v_cache, int L_max, const int *pos,
+                      const int64_t *cache_at, int M, int Hq, int Hkv, int D, float scale, float softcap, int window,
+                      float *out, int nthreads, int use_ref) {
+    if (Hkv <= 0 || Hq % Hkv || D % 8 || Hq / Hkv > 64) return -1;
+    int longest = 0;
+    for (int m = 0; m < M; m++) {
+        if (pos[m] < 0 || pos[m] >= L_max || cache_at[m] < 0) return -1;
+        longest = pos[m] + 1 > longest ? pos[m] + 1 : longest;
+    }
     const int G = Hq / Hkv, threads = nthreads > 0 ? nthreads : omp_get_max_threads();
     // A task is (query row, KV head, a part of its G query heads). Each head's arithmetic is its own,
     // so how the G heads are split changes no bit; splitting costs a re-read of the KV head, so it is
@@ -303,22 +314,38 @@ int ap_attention(const float *q, const uint16_t *k_cache, const uint16_t *v_cach
     const int per_task = G / split, tasks = M * Hkv * split;
     #pragma omp parallel num_threads(threads)
     {
-        float *scores = malloc(sizeof(float) * (size_t)per_task * (size_t)(start + M));
+        float *scores = malloc(sizeof(float) * (size_t)per_task * (size_t)longest);
         float *keys = malloc(sizeof(float) * ATTN_KEY_BLOCK * (size_t)D);
         #pragma omp for schedule(static)
         for (int t = 0; t < tasks; t++) {
-            const int m = t / (Hkv * split), h = (t / split) % Hkv, part = t % split, pos = start + m;
-            const int lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+            const int m = t / (Hkv * split), h = (t / split) % Hkv, part = t % split, p = pos[m];
+            const int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
             const size_t head0 = (size_t)m * Hq + (size_t)h * G + (size_t)part * per_task;
             const float *qm = q + head0 * D;
-            const uint16_t *kc = k_cache + (size_t)h * L_max * D, *vc = v_cache + (size_t)h * L_max * D;
+            const uint16_t *kc = k_cache + cache_at[m] + (size_t)h * L_max * D;
+            const uint16_t *vc = v_cache + cache_at[m] + (size_t)h * L_max * D;
             float *om = out + head0 * D;
 #ifdef AP_AVX2
-            if (!use_ref) { attend_one_avx2(qm, kc, vc, D, per_task, lo, pos, scale, softcap, om, scores, keys); continue; }
+            if (!use_ref) { attend_one_avx2(qm, kc, vc, D, per_task, lo, p, scale, softcap, om, scores, keys); continue; }
 #endif
-            attend_one_ref(qm, kc, vc, D, per_task, lo, pos, scale, softcap, om, scores);
+            attend_one_ref(qm, kc, vc, D, per_task, lo, p, scale, softcap, om, scores);
         }
         free(scores); free(keys);
     }
     return 0;
+}
+
+// One sequence: q [M][Hq][D] at positions start..start+M-1, caches [Hkv][L_max][D] (the rows of
+// ap_attention_rows, all in the caches' first slot). Returns 0, or -1 for bad shapes, -2 out of memory.
+int ap_attention(const float *q, const uint16_t *k_cache, const uint16_t *v_cache, int L_max, int start, int M,
+                 int Hq, int Hkv, int D, float scale, float softcap, int window, float *out, int nthreads, int use_ref) {
+    if (M <= 0 || start < 0 || start + M > L_max) return -1;
+    int *pos = malloc(sizeof(int) * (size_t)M);
+    int64_t *cache_at = calloc((size_t)M, sizeof(int64_t));
+    if (!pos || !cache_at) { free(pos); free(cache_at); return -2; }
+    for (int m = 0; m < M; m++) pos[m] = start + m;
+    const int status = ap_attention_rows(q, k_cache, v_cache, L_max, pos, cache_at, M, Hq, Hkv, D, scale, softcap, window,
+                                         out, nthreads, use_ref);
+    free(pos); free(cache_at);
+    return status;
 }

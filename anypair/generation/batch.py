@@ -1,0 +1,235 @@
+"""Continuous batching: several requests share each forward of the target, and each still gets
+exactly the text it gets alone.
+
+Each request is a `DecodeSession` whose loop (`DecodeSession.steps`) yields the target calls it
+needs instead of running them; its KV state lives in a slot of its own in the GGUF engines (target
+and draft: `QuantizedGGUFBackend.sequence`). A round of `BatchScheduler.round()`:
+
+1. drops the requests whose client left (their slots free at once) and admits waiting ones into free
+   slots (a request joins at the next round, never mid-round);
+2. gathers every active request's rows: its last token and its proposal, or the next chunk of its
+   prompt (at most `PREFILL_ROWS` prompt rows a round over all requests, so that a long prompt
+   does not stall those already streaming);
+3. runs ONE forward over all those rows (`QuantizedGGUFBackend.forward_rows`): each row attends to
+   its own slot only, and every row's logits are bitwise those it gets alone (the engine's kernels
+   are batch-invariant per row);
+4. hands each request its logits: it verifies, commits, streams its text, drafts its next proposal
+   (on its own draft slot) and yields its next call.
+
+So a request's text is the one it gets alone, whatever else runs beside it: the same loop, the same
+logits. What batching changes is the price of a row: each request is charged its share of the shared
+call (`row_share`: the call's base split among its requests, plus the marginal cost of its own rows),
+and the draft-length policy plans on that. On a full batch the base is shared eight ways while the
+draft's own steps are not, so drafting pays less and the policy may stop it (`GenerationStats.
+undrafted_shared_rounds` counts those rounds).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generator, Optional, Protocol
+
+import torch
+
+from anypair.errors import InputError
+from anypair.generation.loop import DecodeSession, Step, TargetCall
+from anypair.types import GenerationResult
+
+logger = logging.getLogger("anypair")
+
+#: prompt rows a round feeds over all prefilling requests (the engine's own prefill chunk): a long
+#: prompt takes several rounds while the others keep streaming
+PREFILL_ROWS = 64
+
+
+class RequestSink(Protocol):
+    """Where a batched request's events go (the server's job, or generate_many's collector)."""
+
+    def text(self, chunk: str) -> None: ...
+
+    def finished(self, result: GenerationResult) -> None: ...
+
+    def failed(self, error: Exception) -> None: ...
+
+    def cancelled(self) -> bool: ...
+
+    def dropped(self) -> None:
+        """The request was ended because `cancelled()` said so."""
+
+
+def row_share(seconds: float, rows: list[int], slope: float) -> list[float]:
+    """Each request's share of a shared call of `seconds` over its requests' `rows`: a call of R rows
+    costs a one-row step t1 times (1 + slope (R - 1)); the one-row part every call pays, t1 (1 - slope),
+    is split evenly, and each row adds t1 * slope to the request it belongs to. The shares sum to
+    `seconds`; alone, a request's share is the whole call."""
+    total = sum(rows)
+    one_row = seconds / (1.0 + slope * (total - 1))
+    return [one_row * ((1.0 - slope) / len(rows) + slope * r) for r in rows]
+
+
+@dataclass
+class _Active:
+    """A request in a slot: its session's loop, the call it waits on, and how much of its prompt is in."""
+
+    slot: int
+    session: DecodeSession
+    steps: Generator[Step, Optional[torch.Tensor], None]
+    sink: RequestSink
+    on_finish: Callable[[DecodeSession], None]
+    call: Optional[TargetCall] = None
+    prefilled: int = 0  # prompt rows already fed (a prefill call in progress)
+
+
+@dataclass
+class _Waiting:
+    arguments: dict[str, Any]
+    sink: RequestSink
+    enqueued_at: float = field(default_factory=time.perf_counter)
+
+
+class BatchScheduler:
+    """Rounds of one shared target forward over every active request (see the module's docstring).
+
+    `make_session(slot, arguments)` builds a request's session on slot `slot` of the engines and a
+    callback for when it ends (the generator's `_batch_session`); `engine` is the target's
+    `QuantizedGGUFBackend` with at least `max_batch` slots; `slope` prices rows (`row_share`)."""
+
+    def __init__(self, engine: Any, max_batch: int,
+                 make_session: Callable[[int, dict[str, Any]], tuple[DecodeSession, Callable[[DecodeSession], None]]],
+                 slope: float) -> None:
+        if max_batch < 1 or max_batch > engine.slots:
+            raise InputError(f"max_batch must be from 1 to the engine's {engine.slots} slots, got {max_batch}")
+        self.engine = engine
+        self.max_batch = max_batch
+        self.make_session = make_session
+        self.slope = slope
+        self.waiting: deque[_Waiting] = deque()
+        self.active: list[_Active] = []
+        self.rounds = 0
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.active or self.waiting)
+
+    def submit(self, arguments: dict[str, Any], sink: RequestSink) -> None:
+        """Queue a request (`AnyPairGenerator.stream`'s arguments); it joins at the next round with a free slot."""
+        self.waiting.append(_Waiting(arguments, sink))
+
+    def close(self) -> None:
+        """End every request (their sinks are told nothing more)."""
+        for active in self.active:
+            active.steps.close()
+        self.active.clear()
+        self.waiting.clear()
+
+    # -- a round ------------------------------------------------------------------------------------
+    def round(self) -> None:
+        """Admit, run one shared forward, hand out the logits (a no-op when nothing is active)."""
+        self._drop_cancelled()
+        self._admit()
+        if not self.active:
+            return
+        calls, feeds = self._gather()
+        started = time.perf_counter()
+        try:
+            outputs = self.engine.forward_rows(calls)
+        except Exception as exc:  # a bug or a broken engine: no request of the round can go on
+            logger.exception("anypair: a shared forward failed; ending its %d requests", len(feeds))
+            for active, _ in feeds:
+                self._end(active, exc)
+            return
+        shares = row_share(time.perf_counter() - started, [len(c.ids) for c in calls], self.slope)
+        self.rounds += 1
+        for (active, done), logits, share in zip(feeds, outputs, shares):
+            call = active.call
+            assert call is not None
+            call.charged_seconds += share
+            call.batch_size = len(calls)
+            if done:
+                self._advance(active, logits)
+
+    def _gather(self):
+        """Each active request's rows of this round (a prefill gets what remains of PREFILL_ROWS)."""
+        from anypair.backends.quantized_gguf import SequenceRows
+
+        calls, feeds = [], []
+        prefill_rows = PREFILL_ROWS
+        for active in self.active:
+            call = active.call
+            assert call is not None
+            if not call.prefill:
+                calls.append(SequenceRows(active.slot, call.ids, "all" if call.all_logits else "last"))
+                feeds.append((active, True))
+                continue
+            if prefill_rows == 0:
+                continue
+            piece = call.ids[active.prefilled:active.prefilled + prefill_rows]
+            if active.prefilled == 0:
+                self.engine.sequence(active.slot).reset()
+            active.prefilled += len(piece)
+            prefill_rows -= len(piece)
+            done = active.prefilled == len(call.ids)
+            calls.append(SequenceRows(active.slot, piece, "last" if done else "none"))
+            feeds.append((active, done))
+        return calls, feeds
+
+    def _advance(self, active: _Active, reply: Optional[torch.Tensor]) -> None:
+        """Run the request's loop with `reply` until it needs the target again or ends."""
+        try:
+            while True:
+                step = active.steps.send(reply)
+                if isinstance(step, TargetCall):
+                    active.call, active.prefilled = step, 0
+                    return
+                reply = None
+                active.sink.text(step)
+                if active.sink.cancelled():  # its text is going nowhere: free the slot now
+                    self._end(active, None)
+                    active.sink.dropped()
+                    return
+        except StopIteration:
+            self._end(active, None, finished=True)
+        except Exception as exc:
+            if not isinstance(exc, InputError):
+                logger.exception("anypair: a batched request failed")
+            self._end(active, exc)
+
+    def _end(self, active: _Active, error: Optional[Exception], finished: bool = False) -> None:
+        if active in self.active:
+            self.active.remove(active)
+        active.steps.close()
+        if finished and active.session.result is not None:
+            active.on_finish(active.session)
+            active.sink.finished(active.session.result)
+        elif error is not None:
+            active.sink.failed(error)
+
+    def _drop_cancelled(self) -> None:
+        for active in [a for a in self.active if a.sink.cancelled()]:
+            self._end(active, None)
+            active.sink.dropped()
+        for waiting in [w for w in self.waiting if w.sink.cancelled()]:
+            self.waiting.remove(waiting)
+            waiting.sink.dropped()
+
+    def _admit(self) -> None:
+        used = {a.slot for a in self.active}
+        free = [s for s in range(self.max_batch) if s not in used]
+        while free and self.waiting:
+            waiting = self.waiting.popleft()
+            slot = free.pop(0)
+            try:
+                session, on_finish = self.make_session(slot, waiting.arguments)
+            except Exception as exc:  # a bad request: refused alone (InputError), the others go on
+                if not isinstance(exc, InputError):
+                    logger.exception("anypair: could not start a batched request")
+                waiting.sink.failed(exc)
+                free.insert(0, slot)
+                continue
+            active = _Active(slot, session, session.steps(), waiting.sink, on_finish)
+            self.active.append(active)
+            self._advance(active, None)  # up to its prefill call
+            if active not in self.active:  # it ended at once
+                free.insert(0, slot)
