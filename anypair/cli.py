@@ -262,7 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     s.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080; 0: any free port)")
     s.add_argument("--queue-size", type=int, default=16,
-                   help="requests that may wait while one generates (default 16); one more is answered 503")
+                   help="requests that may wait while the running ones generate (default 16); one more is "
+                        "answered 503")
     s.add_argument("--max-batch", type=int, default=None,
                    help="requests that run at once, sharing each forward of the target (continuous batching: "
                         "each still gets exactly its text alone); default: as many as fit the memory, at most 8; "

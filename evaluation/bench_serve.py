@@ -261,7 +261,7 @@ def llama_cpp_batched(gguf: Path, prompts: list[str], max_tokens: int, threads: 
         n = L.llama_tokenize(vocab, raw, len(raw), out, len(out), True, False)
         return list(out[:n])
 
-    ids = [tokenize(p) for p in prompts][:sequences]
+    ids = [tokenize(prompts[i % len(prompts)]) for i in range(sequences)]  # prompts repeat when fewer
     longest = max(len(i) for i in ids) + max_tokens + 8
     params = L.llama_context_default_params()
     params.n_ctx, params.n_batch, params.n_ubatch = longest * len(ids), 512, 512
@@ -285,12 +285,12 @@ def llama_cpp_batched(gguf: Path, prompts: list[str], max_tokens: int, threads: 
 
     def run(group: list[int]) -> tuple[list[list[int]], float]:
         L.llama_memory_clear(L.llama_get_memory(ctx), True)
-        rows = [(t, p, s, p == len(ids[s]) - 1) for s in group for p, t in enumerate(ids[s])]
-        decode(rows)
-        last = {s: argmax(i) for i, (_, p, s, keep) in enumerate(rows) if keep and len(rows) <= 512}
-        if len(last) != len(group):  # more prompt rows than one batch: read each sequence's last row again
-            raise RuntimeError("prompts too long for one llama.cpp batch in this benchmark")
-        out = {s: [last[s]] for s in group}
+        out = {}
+        for s in group:  # each prompt in its own call (at most 512 rows), its last row's logits read at once
+            if len(ids[s]) > 512:
+                raise RuntimeError("a prompt longer than one llama.cpp batch (512 tokens) in this benchmark")
+            decode([(t, p, s, p == len(ids[s]) - 1) for p, t in enumerate(ids[s])])
+            out[s] = [argmax(len(ids[s]) - 1)]
         started = time.perf_counter()
         for step in range(max_tokens - 1):
             decode([(out[s][-1], len(ids[s]) + step, s, True) for s in group])

@@ -1,7 +1,8 @@
 """`anypair serve` over real HTTP on 127.0.0.1, with the official `openai` client as the client:
 greedy text equal to `anypair generate`'s and to the target alone, streamed chunks that add up to
-it, a bounded load test (8 clients x 3 requests, a full queue answers 503), a client that leaves
-mid-stream, and each bad input's status code and field.
+it, a bounded load test (8 clients x 3 requests, a full queue answers 503), continuous batching (8
+concurrent requests, greedy and seeded, some joining mid-decode, one cancelled: each answer equals
+the same request alone), a client that leaves mid-stream, and each bad input's status code and field.
 
 The server is the real command (`python -m anypair.cli serve`, one process for the module) on the
 test pair: Qwen2.5-Coder-0.5B-Instruct with SmolLM2-135M-Instruct as its draft, 16 new tokens (8 in the load test).

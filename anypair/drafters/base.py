@@ -23,6 +23,16 @@ class DraftRequest:
     messages: Optional[list[dict]] = None  # chat mode: each model renders its own template
 
 
+@dataclass
+class DraftCall:
+    """A draft forward a drafter's proposal needs (`ModelDrafter.propose_steps`): `ids` after the
+    draft's cached positions; the driver sends back the last row's logits and sets `charged_seconds`,
+    what the forward cost this request (its share of a shared forward)."""
+
+    ids: list[int]
+    charged_seconds: float = 0.0
+
+
 class Drafter(ABC):
     name: str = "drafter"
 

@@ -26,12 +26,12 @@ with those bytes: the draft re-writes the tail its own way.
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, Generator, Optional, Sequence
 
 import torch
 
 from anypair.backends.base import ModelBackend
-from anypair.drafters.base import DraftRequest, Drafter
+from anypair.drafters.base import DraftCall, DraftRequest, Drafter
 from anypair.sampling.keyed import PositionNoise
 from anypair.tokenization.base import TokenizerAdapter
 from anypair.types import DraftBudget, Proposal, SamplingConfig
@@ -153,19 +153,21 @@ class ModelDrafter(Drafter):
         return Proposal(target_ids, self.name, confidence, translate_seconds, self._step_seconds)
 
     # -- drafting ----------------------------------------------------------------------------
-    def _next_logits(self) -> torch.Tensor:
+    def _next_logits(self) -> Generator[DraftCall, torch.Tensor, torch.Tensor]:
+        """The draft's logits after its whole context: one forward, yielded as a DraftCall (the
+        caller of `propose_steps` runs it, alone or in a shared forward; `propose` runs it here)."""
         cached = self.backend.cached_length
         feed = self._context_ids[cached:]
         if not feed:  # everything is cached: re-feed the last token to get its logits
             self.backend.crop(cached - 1)
             feed = self._context_ids[cached - 1 :]
-        started = time.perf_counter()
-        logits = self.backend.extend(feed)
+        call = DraftCall(list(feed))
+        logits = yield call
         if len(feed) == 1:
             # only one-token steps measure the step cost: a catch-up feed after a paused stretch
             # (or a long prompt) would make every later step look many times dearer, and the
             # policy would then stop drafting for good
-            per_step = time.perf_counter() - started
+            per_step = call.charged_seconds
             self._step_seconds = per_step if self._step_seconds is None else 0.7 * self._step_seconds + 0.3 * per_step
         return logits
 
@@ -202,13 +204,28 @@ class ModelDrafter(Drafter):
         return token, confidence
 
     def propose(self, budget: DraftBudget) -> Proposal:
+        """`propose_steps` with each draft forward run at once on this drafter's backend."""
+        steps = self.propose_steps(budget)
+        reply: Optional[torch.Tensor] = None
+        while True:
+            try:
+                call = steps.send(reply)
+            except StopIteration as done:
+                return done.value
+            started = time.perf_counter()
+            reply = self.backend.extend(call.ids)
+            call.charged_seconds = time.perf_counter() - started
+
+    def propose_steps(self, budget: DraftBudget) -> Generator[DraftCall, torch.Tensor, Proposal]:
+        """The proposal, yielding each draft forward it needs (send back the last row's logits):
+        continuous batching runs the draft steps of every request in one shared forward."""
         max_draft_steps, max_target_tokens = budget.max_draft_steps, budget.max_target_tokens
         threshold = self._stop_threshold(budget)
         if max_draft_steps <= 0 or max_target_tokens <= 0:
             self._proposed_draft_ids = []
             return self._proposal([])
         if self.draws_samples:
-            return self._propose_sampled(max_draft_steps, max_target_tokens, threshold)
+            return (yield from self._propose_sampled(max_draft_steps, max_target_tokens, threshold))
         new_ids: list[int] = []
         finished = False
         heal = self.sync.pending if self.token_healing else b""
@@ -220,7 +237,7 @@ class ModelDrafter(Drafter):
         must_write = (1 if heal else 0) + (0 if self.same_vocabulary else MIN_TRANSLATED_DRAFT_TOKENS)
         # re-writing the held-back tail is an extra step
         for step in range(max_draft_steps + (1 if heal else 0)):
-            logits = self._next_logits()
+            logits = yield from self._next_logits()
             healing_step = step == 0 and bool(heal)
             token, confidence = self._pick(logits, threshold, heal if healing_step else b"")
             if token in self._draft_eos:
@@ -249,7 +266,8 @@ class ModelDrafter(Drafter):
         translation = self.translator.draft_to_target(proposed, draft_finished=finished)
         return list(translation.target_ids[: min(translation.n_stable, max_target_tokens)])
 
-    def _propose_sampled(self, max_draft_steps: int, max_target_tokens: int, threshold: float) -> Proposal:
+    def _propose_sampled(self, max_draft_steps: int, max_target_tokens: int,
+                         threshold: float) -> Generator[DraftCall, torch.Tensor, Proposal]:
         """Token-level intersection sampling: each draft token is the draft's keyed sample among the
         tokens the target also has (identical bytes), read with the target's noise at the position
         it is proposed for; each sampled draft token IS a target token."""
@@ -266,7 +284,7 @@ class ModelDrafter(Drafter):
         new_ids: list[int] = []
         target_ids: list[int] = []
         for offset in range(min(max_draft_steps, max_target_tokens)):
-            logits = self._next_logits()
+            logits = yield from self._next_logits()
             noise_row = self.noise.exponential(self._next_position + offset, target_rows)
             picked = sample_draft_token(logits, self.vocab_map, self.sampling, noise_row)
             if picked is None:

@@ -13,8 +13,10 @@ and draft: `QuantizedGGUFBackend.sequence`). A round of `BatchScheduler.round()`
 3. runs ONE forward over all those rows (`QuantizedGGUFBackend.forward_rows`): each row attends to
    its own slot only, and every row's logits are bitwise those it gets alone (the engine's kernels
    are batch-invariant per row);
-4. hands each request its logits: it verifies, commits, streams its text, drafts its next proposal
-   (on its own draft slot) and yields its next call.
+4. hands each request its logits: it verifies, commits, streams its text and drafts its next
+   proposal on its own draft slot, each draft step of every request again in one shared forward of
+   the draft's engine (the drafts' steps run in lockstep before the target's forward), until it
+   yields its next target call.
 
 So a request's text is the one it gets alone, whatever else runs beside it: the same loop, the same
 logits. What batching changes is the price of a row: each request is charged its share of the shared
@@ -29,10 +31,11 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generator, Optional, Protocol
+from typing import Any, Callable, Generator, Optional, Protocol, Union
 
 import torch
 
+from anypair.drafters.base import DraftCall
 from anypair.errors import InputError
 from anypair.generation.loop import DecodeSession, Step, TargetCall
 from anypair.types import GenerationResult
@@ -78,7 +81,7 @@ class _Active:
     steps: Generator[Step, Optional[torch.Tensor], None]
     sink: RequestSink
     on_finish: Callable[[DecodeSession], None]
-    call: Optional[TargetCall] = None
+    call: Union[TargetCall, DraftCall, None] = None
     prefilled: int = 0  # prompt rows already fed (a prefill call in progress)
 
 
@@ -98,10 +101,13 @@ class BatchScheduler:
 
     def __init__(self, engine: Any, max_batch: int,
                  make_session: Callable[[int, dict[str, Any]], tuple[DecodeSession, Callable[[DecodeSession], None]]],
-                 slope: float) -> None:
+                 slope: float, draft_engine: Any = None) -> None:
         if max_batch < 1 or max_batch > engine.slots:
             raise InputError(f"max_batch must be from 1 to the engine's {engine.slots} slots, got {max_batch}")
         self.engine = engine
+        # the draft's GGUF engine: the draft steps of every request share its forwards too (None: each
+        # session's drafter runs its own)
+        self.draft_engine = draft_engine
         self.max_batch = max_batch
         self.make_session = make_session
         self.slope = slope
@@ -129,6 +135,8 @@ class BatchScheduler:
         """Admit, run one shared forward, hand out the logits (a no-op when nothing is active)."""
         self._drop_cancelled()
         self._admit()
+        while any(isinstance(a.call, DraftCall) for a in self.active):
+            self._draft_round()
         if not self.active:
             return
         calls, feeds = self._gather()
@@ -149,6 +157,25 @@ class BatchScheduler:
             call.batch_size = len(calls)
             if done:
                 self._advance(active, logits)
+
+    def _draft_round(self) -> None:
+        """One shared draft forward: the next draft step of every request drafting now."""
+        from anypair.backends.quantized_gguf import SequenceRows
+
+        drafting = [a for a in self.active if isinstance(a.call, DraftCall)]
+        calls = [SequenceRows(a.slot, a.call.ids, "last") for a in drafting]
+        started = time.perf_counter()
+        try:
+            outputs = self.draft_engine.forward_rows(calls)
+        except Exception as exc:
+            logger.exception("anypair: a shared draft forward failed; ending its %d requests", len(drafting))
+            for active in drafting:
+                self._end(active, exc)
+            return
+        shares = row_share(time.perf_counter() - started, [len(c.ids) for c in calls], self.slope)
+        for active, logits, share in zip(drafting, outputs, shares):
+            active.call.charged_seconds = share
+            self._advance(active, logits)
 
     def _gather(self):
         """Each active request's rows of this round (a prefill gets what remains of PREFILL_ROWS)."""
@@ -180,7 +207,7 @@ class BatchScheduler:
         try:
             while True:
                 step = active.steps.send(reply)
-                if isinstance(step, TargetCall):
+                if isinstance(step, (TargetCall, DraftCall)):
                     active.call, active.prefilled = step, 0
                     return
                 reply = None

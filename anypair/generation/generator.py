@@ -430,12 +430,19 @@ class AnyPairGenerator:
             if backend is not None and hasattr(backend, "set_slots") and backend.slots < max_batch:
                 backend.set_slots(max_batch)
         self._greedy_drafter = None  # its draft state was in the caches just replaced
-        return BatchScheduler(self.target_backend, max_batch, self._batch_session, self._verify_slope())
+        draft_engine = self.draft_backend if hasattr(self.draft_backend, "forward_rows") else None
+        return BatchScheduler(self.target_backend, max_batch, self._batch_session, self._verify_slope(),
+                              draft_engine=draft_engine)
 
     def _batch_session(self, slot: int, arguments: dict) -> tuple[DecodeSession, Callable[[DecodeSession], None]]:
         """A batched request's session on slot `slot` (`arguments` are stream()'s), and what to do when it ends."""
         single = not hasattr(self.target_backend, "sequence")  # _OneSlot: the engine's own state
+        from anypair.drafters.model import ModelDrafter
+
         session, entry = self._session(GenerationRequest.of(**arguments), None if single else slot)
+        # the draft model's steps go to the scheduler, which runs every request's in one forward
+        session.yields_draft_calls = (not single and isinstance(session.drafter, ModelDrafter)
+                                      and hasattr(self.draft_backend, "forward_rows"))
         return session, lambda finished: self._settle(entry, finished)
 
     def generate_many(self, prompts: Optional[Sequence[str]] = None, *,

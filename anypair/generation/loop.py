@@ -23,7 +23,7 @@ from typing import Generator, Iterator, Optional, Sequence, Union
 import torch
 
 from anypair.backends.base import ModelBackend
-from anypair.drafters.base import DraftRequest, Drafter, NoDrafter
+from anypair.drafters.base import DraftCall, DraftRequest, Drafter, NoDrafter
 from anypair.generation.text import TextAssembler
 from anypair.policies import DraftLengthPolicy
 from anypair.tokenization.base import TokenizerAdapter
@@ -66,7 +66,7 @@ class TargetCall:
 
 
 #: what `DecodeSession.steps` yields: a forward it needs (answered with its logits), or verified text
-Step = Union[TargetCall, str]
+Step = Union[TargetCall, DraftCall, str]
 
 
 def run_call(target: ModelBackend, call: TargetCall) -> torch.Tensor:
@@ -98,6 +98,9 @@ class DecodeSession:
         self.result: Optional[GenerationResult] = None
         # padded LM-head rows are not tokens: the target never chooses them, with or without a draft
         self._n_real = min(target_tok.vocab_size, target.vocab_size)
+        #: the drafter's forwards are yielded as DraftCalls (`steps`), for a batch to share them; the
+        #: drafter must have `propose_steps` (ModelDrafter). False: it runs them itself
+        self.yields_draft_calls = False
 
     # -- helpers ------------------------------------------------------------------------------
     def _mask_padding(self, logits: torch.Tensor) -> torch.Tensor:
@@ -136,13 +139,21 @@ class DecodeSession:
             self._disable_drafter(f"drafter {what} raised {type(exc).__name__}: {exc}")
             return None
 
-    def _propose(self, budget: DraftBudget) -> Proposal:
+    def _propose(self, budget: DraftBudget) -> Generator[DraftCall, torch.Tensor, Proposal]:
         """The drafter's proposal within `budget`, cut to the room left; empty when the policy
         chose a plain target step, and empty (the drafter disabled) when it raised or proposed ids
-        the target does not have."""
+        the target does not have. Yields the drafter's forwards where `yields_draft_calls`."""
         if budget.max_draft_steps == 0:
             return Proposal([])
-        proposal = self._drafter_call("propose", self.drafter.propose, budget)
+        if self.yields_draft_calls and not isinstance(self.drafter, NoDrafter):
+            try:
+                proposal = yield from self.drafter.propose_steps(budget)
+            except Exception as exc:  # a broken draft must never break generation
+                logger.debug("drafter propose failed", exc_info=True)
+                self._disable_drafter(f"drafter propose raised {type(exc).__name__}: {exc}")
+                proposal = None
+        else:
+            proposal = self._drafter_call("propose", self.drafter.propose, budget)
         if proposal is None:
             return Proposal([])
         if len(proposal) > budget.max_target_tokens:
@@ -176,6 +187,10 @@ class DecodeSession:
                     return
                 if isinstance(step, TargetCall):
                     reply = run_call(self.target, step)
+                elif isinstance(step, DraftCall):  # yields_draft_calls on a session run alone
+                    started = time.perf_counter()
+                    reply = self.drafter.backend.extend(step.ids)
+                    step.charged_seconds = time.perf_counter() - started
                 else:
                     reply = None
                     yield step
@@ -210,7 +225,7 @@ class DecodeSession:
             room = self.request.max_new_tokens - len(self.generated) - 1
             budget = DraftBudget(self.policy.next_length(), room, self.policy.stop_confidence())
             t0 = time.perf_counter()
-            proposal = self._propose(budget)
+            proposal = yield from self._propose(budget)
             t1 = time.perf_counter()
             stats.time_translating_s += proposal.translate_seconds
             stats.time_drafting_s += (t1 - t0) - proposal.translate_seconds
