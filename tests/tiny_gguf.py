@@ -257,11 +257,16 @@ def write_gguf(name: str, model, config, path: Path, vocab_gguf: Path) -> Path:
         if gguf_name is None:
             raise KeyError(f"no GGUF name for {key}")
         writer.add_tensor(gguf_name, np.ascontiguousarray(data, dtype=np.float32))
+    finish(writer)
+    return path
+
+
+def finish(writer) -> None:
+    """Write a gguf.GGUFWriter's header, metadata and tensors, and close the file."""
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    return path
 
 
 def quantize(source: Path, target: Path, ftype: str) -> Path:
@@ -310,8 +315,5 @@ def write_other_architecture(path: Path, arch: str = "gpt2") -> Path:
     writer.add_block_count(1)
     writer.add_embedding_length(32)
     writer.add_tensor("token_embd.weight", np.zeros((16, 32), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish(writer)
     return path

@@ -169,6 +169,14 @@ class GenerationWorker:
         return max(1, math.ceil((self._mean_request_s or 1.0) / self.max_batch))
 
     # -- the worker thread ----------------------------------------------------------------------
+    def _left_while_queued(self, job) -> bool:
+        """A job whose client left before it started: counted, logged, and skipped by either worker loop."""
+        if not job.cancelled.is_set():
+            return False
+        self.cancelled += 1
+        logger.info("%s cancelled while queued (the client left)", job.request_id)
+        return True
+
     def _run(self) -> None:
         if self.max_batch > 1:
             self._run_batched()
@@ -177,9 +185,7 @@ class GenerationWorker:
             job = self._waiting.get()
             if job is None or self._stopping:
                 return
-            if job.cancelled.is_set():
-                self.cancelled += 1
-                logger.info("%s cancelled while queued (the client left)", job.request_id)
+            if self._left_while_queued(job):
                 continue
             self.running = job
             started = time.perf_counter()
@@ -233,9 +239,7 @@ class GenerationWorker:
                         break
                     if job is None or self._stopping:
                         return
-                    if job.cancelled.is_set():
-                        self.cancelled += 1
-                        logger.info("%s cancelled while queued (the client left)", job.request_id)
+                    if self._left_while_queued(job):
                         continue
                     scheduler.submit(job.arguments, _JobSink(self, job))
                 try:
