@@ -230,6 +230,15 @@ def run_bench_cmd(args) -> int:
     return 0
 
 
+def run_install(args) -> int:
+    from anypair.backends.llama_cpp_guard import install_llama_cpp, llama_cpp_cmake_args
+
+    wheel = install_llama_cpp(progress=not args.quiet)
+    flags = " ".join(llama_cpp_cmake_args()) or "native"
+    print(f"llama.cpp installed: {wheel.name} ({flags})", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="anypair", description="Lossless speculative decoding with any draft model, whatever its tokenizer.")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
@@ -241,6 +250,14 @@ def build_parser() -> argparse.ArgumentParser:
     from anypair.inspect_pair import add_inspect_parser
 
     add_inspect_parser(sub)
+
+    i = sub.add_parser("install", help="build and install an optional engine for this CPU (llama.cpp)",
+                       description="llama.cpp (llama-cpp-python 0.3.36) built for this CPU: native, except on CPUs "
+                                   "with AMX, where ggml's AMX path crashes and is left out; the wheel is kept per "
+                                   "set of build flags under $ANYPAIR_HOME/wheels")
+    i.add_argument("what", choices=["llama.cpp"])
+    i.add_argument("--quiet", action="store_true", help="no progress output")
+    i.set_defaults(func=run_install)
 
     g = sub.add_parser("generate", help="generate text with the target, assisted by the draft")
     g.add_argument("prompt")

@@ -313,11 +313,13 @@ def run_batching(args, prompts: list[str]) -> dict:
     one, alone = run_batching_server(args, prompts, 1, None)
     batched, _ = run_batching_server(args, prompts, 8, alone)
     try:
+        from anypair.backends.llama_cpp_guard import require_llama_cpp_runs
         from anypair.zoo.registry import ZOO_MODELS
         from anypair.zoo.served_gguf import gguf_file
 
-        llama = llama_cpp_batched(gguf_file(ZOO_MODELS[args.target], progress=False), prompts,
-                                  args.max_new_tokens, args.threads, 8)
+        gguf = gguf_file(ZOO_MODELS[args.target], progress=False)
+        require_llama_cpp_runs(gguf, args.threads)  # a llama.cpp that crashes here: one line in the table
+        llama = llama_cpp_batched(gguf, prompts, args.max_new_tokens, args.threads, 8)
     except Exception as exc:  # llama-cpp-python missing or its API changed: the table says so
         llama = {"error": f"{type(exc).__name__}: {exc}"}
     gib = 2 ** 30

@@ -4,7 +4,7 @@ As a DRAFT engine it runs the GGUFs anypair's own gguf engine does not (Gemma 3)
 takes 9.3 ms a step here on 2 cores, against 3.4 ms on the gguf engine (the default for llama/qwen2
 GGUFs) and ~55 ms in torch, most of which is Python per layer. The draft's numerics never reach the
 output, so quantized weights cost nothing but acceptance. llama-cpp-python is optional
-(`pip install 'anypair[llama]'`): the main job does not need it.
+(`anypair install llama.cpp`): the main job does not need it.
 
 As a TARGET engine it runs a user's own GGUF with any draft, which llama.cpp itself no longer
 offers across vocabularies. Its batched decode is not batch-invariant (scoring k tokens in one call
@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from anypair.backends.base import ModelBackend
+from anypair.backends.llama_cpp_guard import LLAMA_CPP_INSTALL, require_llama_cpp_runs
 from anypair.backends.member import EngineChoice, LoadedModel, LoadOptions, ModelSpec, member_from_backend
 from anypair.errors import BackendError, InputError
 
@@ -43,10 +44,6 @@ def llama_cpp_available() -> bool:
         return False
     return True
 
-
-#: how to get llama-cpp-python (not in the base install: it builds from source)
-LLAMA_CPP_INSTALL = ("pip install 'anypair[llama]' (llama-cpp-python==0.3.36, builds from source in ~8 min "
-                     "on 2 cores)")
 
 
 def _require_llama_cpp():
@@ -80,6 +77,8 @@ class LlamaCppBackend(ModelBackend):
         trained = next((int(v) for k, v in metadata.items() if k.endswith(".context_length")), DEFAULT_CONTEXT)
         self.num_layers = next((int(v) for k, v in metadata.items() if k.endswith(".block_count")), 1)
         n_ctx = min(trained, context or DEFAULT_CONTEXT)
+        # a llama.cpp that crashes on this machine (SIGILL in its AMX path) costs one line, not the process
+        require_llama_cpp_runs(path, threads)
         try:
             self._llama = llama_cpp.Llama(str(path), n_ctx=n_ctx, n_batch=PREFILL_CHUNK, n_threads=threads,
                                           n_threads_batch=threads, logits_all=False, verbose=False)

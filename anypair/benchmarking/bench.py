@@ -29,15 +29,16 @@ from anypair.machine import describe_machine
 
 def llama_cpp_alone(target_spec: str, target: LoadedModel, threads: int) -> Optional[Method]:
     """llama.cpp running the target's GGUF alone, where the target has one and llama-cpp-python is installed."""
-    from anypair.backends.llama_cpp import LLAMA_CPP_INSTALL, llama_cpp_available
+    from anypair.backends.llama_cpp_guard import probe_failure
     from anypair.backends.sources import gguf_of
 
     gguf = gguf_of(target_spec)
     if gguf is None or not gguf.is_file():
         return None
-    if not llama_cpp_available():
-        print(f"anypair bench: llama.cpp alone is left out: it needs llama-cpp-python ({LLAMA_CPP_INSTALL}); "
-              "--no-llama-cpp leaves it out without this note", file=sys.stderr, flush=True)
+    failure = probe_failure(gguf, threads)  # not installed, or crashes here: one line, and the run goes on
+    if failure is not None:
+        print(f"anypair bench: llama.cpp alone is left out: {failure}; --no-llama-cpp leaves it out without "
+              "this note", file=sys.stderr, flush=True)
         return None
     return LlamaCppAloneMethod("llama.cpp-alone", gguf, target, threads)
 
@@ -46,14 +47,20 @@ def verification_table(target_spec: str, target: LoadedModel, text_ids: Sequence
                        threads: int) -> dict:
     """The target's k-token step at each context, beside llama.cpp's own k-token decode on the same
     GGUF when the target has one: {context: {engine: {k: ms}}} (JSON keys are strings)."""
-    from anypair.backends.llama_cpp import LlamaCppBackend, llama_cpp_available
+    from anypair.backends.llama_cpp import LlamaCppBackend
+    from anypair.backends.llama_cpp_guard import probe_failure
     from anypair.backends.sources import gguf_of
     from anypair.benchmarking.costs import verification_costs_by_context
 
     backends = {f"target ({target.engine.engine})": target.backend}
     gguf = gguf_of(target_spec)
-    if gguf is not None and gguf.is_file() and llama_cpp_available() and target.engine.engine != "llama.cpp":
-        backends["llama.cpp"] = LlamaCppBackend(gguf, name="llama.cpp", threads=threads, context=max(contexts) + 64)
+    if gguf is not None and gguf.is_file() and target.engine.engine != "llama.cpp":
+        failure = probe_failure(gguf, threads)
+        if failure is None:
+            backends["llama.cpp"] = LlamaCppBackend(gguf, name="llama.cpp", threads=threads,
+                                                    context=max(contexts) + 64)
+        else:
+            print(f"anypair bench: llama.cpp's k-token steps are left out: {failure}", file=sys.stderr, flush=True)
     table = verification_costs_by_context(backends, text_ids, contexts)
     return {str(c): {name: {str(k): round(v, 1) for k, v in costs.items()} for name, costs in row.items()}
             for c, row in table.items()}

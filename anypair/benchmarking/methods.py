@@ -336,7 +336,9 @@ class LlamaCppAloneMethod:
         from llama_cpp import Llama
 
         from anypair.backends.llama_cpp import DEFAULT_CONTEXT, PREFILL_CHUNK
+        from anypair.backends.llama_cpp_guard import require_llama_cpp_runs
 
+        require_llama_cpp_runs(gguf_path, threads)
         self.name = name
         self.draft_name = ""
         self.keyed_sampling = False  # greedy only
