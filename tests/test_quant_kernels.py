@@ -323,9 +323,11 @@ def _filled_cache(kv_heads: int, length: int, dim: int, seed: int):
     return k, v
 
 
-@pytest.mark.parametrize("heads,kv_heads,dim,window", [(12, 2, 128, 0), (9, 3, 64, 0), (4, 1, 256, 40)])
-def test_attention_matches_torch_and_is_bitwise_batch_invariant(heads, kv_heads, dim, window):
-    context, queries = 300, 16
+@pytest.mark.parametrize("heads,kv_heads,dim,window,context,queries", [
+    (12, 2, 128, 0, 300, 16), (9, 3, 64, 0, 300, 16), (4, 1, 256, 40, 300, 16),
+    # rows whose ranges start and end inside a shared key block; more rows than one piece reads at once
+    (12, 2, 128, 0, 301, 5), (9, 3, 64, 7, 30, 20), (14, 2, 64, 0, 1003, 19)])
+def test_attention_matches_torch_and_is_bitwise_batch_invariant(heads, kv_heads, dim, window, context, queries):
     k_cache, v_cache = _filled_cache(kv_heads, context + queries, dim, seed=heads)
     q = torch.randn(queries, heads, dim, generator=torch.Generator().manual_seed(7))
     scale = 1.0 / math.sqrt(dim)

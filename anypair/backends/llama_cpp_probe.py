@@ -4,7 +4,13 @@ whatever kills it, kills only it. Prints "ok" when both decodes return.
 
     python llama_cpp_probe.py MODEL.gguf THREADS ROWS
 """
+import os
 import sys
+
+# a script's own folder comes first on sys.path, and this one holds anypair's llama_cpp.py: drop it so
+# that `import llama_cpp` finds llama-cpp-python
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
 
 
 def main(gguf: str, threads: int, rows: int) -> int:
