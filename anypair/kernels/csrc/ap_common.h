@@ -38,8 +38,8 @@ enum ap_type {
     AP_F32 = 0, AP_F16 = 1, AP_Q4_0 = 2, AP_Q4_1 = 3, AP_Q5_0 = 6, AP_Q8_0 = 8,
     AP_Q4_K = 12, AP_Q6_K = 14,
     // anypair's interleaved layouts (not ggml types): what ap_repack makes of Q4_1 / Q5_0 / Q4_K / Q6_K rows
-    AP_Q4_1_G16 = 103, AP_Q5_0_G16 = 106, AP_Q4_K_G16 = 112, AP_Q6_K_G16 = 114,
-    // Q6_K widened to one byte per value (AVX2 builds: see block_q6_K_i8)
+    AP_Q4_1_G16 = 103, AP_Q5_0_G16 = 106, AP_Q4_K_G16 = 112,
+    // Q6_K widened to one byte per value (see block_q6_K_i8)
     AP_Q6_K_I8 = 115,
 };
 
@@ -76,22 +76,14 @@ typedef struct {
     uint8_t mn[4][AP_GROUP][2];  // the minimums likewise (for vpdpwssd against pairs of s32)
     uint8_t qs[32][4 * AP_GROUP];
 } block_q4_K_g16;  // 2368 B per 16 rows (16 x 144 = 2304 in the file)
-// Q6_K: the low 4 bits as Q4_K's qs; the high 2 bits of group u (elements 16u..16u+15):
-//   qh[u][4l + e] = h(16u + e) | h(16u + 4 + e) << 2 | h(16u + 8 + e) << 4 | h(16u + 12 + e) << 6
-typedef struct {
-    uint16_t d[AP_GROUP];
-    int8_t sc[8][AP_GROUP][2];   // (sc[2p], sc[2p+1]) of lane l at [p][l]
-    uint8_t ql[32][4 * AP_GROUP];
-    uint8_t qh[16][4 * AP_GROUP];
-} block_q6_K_g16;  // 3360 B per 16 rows, as in the file
-
 // Q6_K with its values widened to bytes (0..63, offset not applied), 16 rows per group as above:
 //   q[t][s][4l + e] = value of element 8t + 4s + e of lane l   (t = 0..31, s = 0..1, e = 0..3)
-// The same values, scales and definition as block_q6_K_g16, in 30% more bytes, but with nothing to
-// unpack: on AVX2 a decode step of a Q4_K_M model spends its time unpacking Q6_K's 6-bit values
-// (measured: 8 GB/s for the g16 layout against 11-13 for Q4_K and 15-20 for a plain read on 2 Zen 3
-// threads), so the wider layout is faster although it reads more. AVX-512 builds keep the g16 layout
-// (their unpacking is cheap next to their bandwidth).
+// 30% more bytes than the file's 6 bits (4384 B against 3360 per 16 rows and super-block), but
+// nothing to unpack: q[t][0] and q[t][1] are the very vectors the multiply takes. One layout for every
+// build, because unpacking 6-bit values costs more than the extra bytes wherever it was measured:
+// AVX2 on 2 Zen 3 threads, 8 GB/s for a 6-bit interleaved layout against 11-13 for Q4_K and 15-20 for a
+// plain read; AVX-512 VNNI on 2 Zen 4 threads (51 GB/s read), the 151,936-row head of Qwen2.5-1.5B
+// 7.5-8.0 ms against 10.5 and a 4-token step 50-52 ms against 60-62.
 typedef struct {
     uint16_t d[AP_GROUP];
     int8_t sc[8][AP_GROUP][2];   // (sc[2p], sc[2p+1]) of lane l at [p][l]
@@ -124,12 +116,11 @@ typedef struct {
 } block_q5_0_g16;  // 352 B per 16 rows, as in the file
 
 static inline int ap_is_grouped(int type) {
-    return type == AP_Q4_1_G16 || type == AP_Q5_0_G16 || type == AP_Q4_K_G16 || type == AP_Q6_K_G16 || type == AP_Q6_K_I8;
+    return type == AP_Q4_1_G16 || type == AP_Q5_0_G16 || type == AP_Q4_K_G16 || type == AP_Q6_K_I8;
 }
 static inline size_t ap_group_bytes(int type) {  // one group's block (super-block for the K-quants)
     return type == AP_Q4_1_G16 ? sizeof(block_q4_1_g16) : type == AP_Q5_0_G16 ? sizeof(block_q5_0_g16)
-         : type == AP_Q4_K_G16 ? sizeof(block_q4_K_g16) : type == AP_Q6_K_I8 ? sizeof(block_q6_K_i8)
-         : sizeof(block_q6_K_g16);
+         : type == AP_Q4_K_G16 ? sizeof(block_q4_K_g16) : sizeof(block_q6_K_i8);
 }
 static inline int ap_group_cols(int type) {  // columns one group block covers
     return type == AP_Q4_1_G16 || type == AP_Q5_0_G16 ? 32 : 256;
@@ -149,7 +140,7 @@ typedef struct {
 } ap_act;
 
 // One weight matrix [N][K]: in its GGUF type, rows contiguous (row_bytes each), or for the
-// K-quants in the interleaved layout (type AP_Q4_K_G16 / AP_Q6_K_G16: groups of 16 rows, each
+// K-quants in the interleaved layout (type AP_Q4_K_G16 / AP_Q6_K_I8: groups of 16 rows, each
 // K/256 group super-blocks; row_bytes is then the GGUF row's size, for reference).
 typedef struct {
     int type, N, K;
@@ -258,11 +249,6 @@ static inline int ap_q5_0_g16_value(const block_q5_0_g16 *g, int l, int e) {  //
 }
 static inline int ap_q6k_i8_value(const block_q6_K_i8 *g, int l, int e) {
     return g->q[e / 8][(e % 8) / 4][4 * l + e % 4];
-}
-static inline int ap_q6k_g16_value(const block_q6_K_g16 *g, int l, int e) {
-    const uint8_t low = g->ql[e / 8][4 * l + e % 4];
-    const int high = (g->qh[e / 16][4 * l + e % 4] >> (2 * ((e % 16) / 4))) & 3;
-    return ((e % 8) < 4 ? (low & 15) : (low >> 4)) | (high << 4);
 }
 
 void ap_quantize_rows_ref(const float *x, int M, int K, int block, int8_t *q, float *d, int16_t *s16, int16_t *s32);

@@ -147,65 +147,9 @@ static void group_q4_K_avx2(const uint8_t *group, const ap_act *a, int r0, int R
     }
 }
 
-// one super-block of Q6_K, half `half`, activation rows row0..row0+RR-1 (RR <= 4)
-AP_INLINE void q6_K_superblock_rows(const block_q6_K_g16 *gb, int half, const __m256i pairs[8], const ap_act *a, int row0,
-                                    int RR, int b, float *out) {
-    const int lane0 = 8 * half;
-    const __m256i low4 = _mm256_set1_epi8(15), three = _mm256_set1_epi8(3);
-    __m256i isum[AVX2_TILE];
-    for (int r = 0; r < RR; r++) isum[r] = _mm256_setzero_si256();
-    for (int p = 0; p < 8; p++) {
-        const __m256i pair = pairs[p];
-        for (int r = 0; r < RR; r++) {  // the offset of 32: -32 * (sc[2p] * s16[2p] + sc[2p+1] * s16[2p+1])
-            const int16_t *s16 = a->s16 + (size_t)(row0 + r) * (a->K / 16) + 16 * b + 2 * p;
-            isum[r] = _mm256_sub_epi32(isum[r], _mm256_slli_epi32(_mm256_madd_epi16(pair, broadcast4((const int8_t *)s16)), 5));
-        }
-        for (int h = 0; h < 2; h++) {
-            const int u = 2 * p + h;
-            const __m256i scale = h ? both_halves_odd(pair) : both_halves_even(pair);
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)(gb->qh[u] + 4 * lane0));
-            for (int k = 0; k < 2; k++) {
-                const int t = 2 * u + k;
-                const __m256i ql = _mm256_loadu_si256((const __m256i *)(gb->ql[t] + 4 * lane0));
-                const __m256i q0 = _mm256_or_si256(_mm256_and_si256(ql, low4),
-                                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4 * k), three), 4));
-                const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), low4),
-                                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4 * k + 2), three), 4));
-                for (int r = 0; r < RR; r++)  // one step's int16 pair sums (at most 2 x 2 x 63 x 127), widened at once
-                    isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(step_products(q0, q1, a->q + (size_t)(row0 + r) * a->K + 256 * b + 8 * t), scale));
-            }
-        }
-    }
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->d + lane0)));
-    for (int r = 0; r < RR; r++) {
-        const __m256 dx = _mm256_set1_ps(a->d[(size_t)(row0 + r) * (a->K / 256) + b]);
-        float *acc = out + (row0 + r) * AP_GROUP + lane0;
-        _mm256_storeu_ps(acc, _mm256_add_ps(_mm256_loadu_ps(acc), _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[r]))));
-    }
-}
-
-static void group_q6_K_avx2(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
-    const block_q6_K_g16 *g = (const block_q6_K_g16 *)group;
-    memset(out, 0, sizeof(float) * (size_t)R * AP_GROUP);
-    float *o = out - (size_t)r0 * AP_GROUP;
-    for (int b = 0; b < a->K / 256; b++) {
-        const block_q6_K_g16 *gb = &g[b];
-        for (int half = 0; half < 2; half++) {
-            __m256i pairs[8];
-            for (int p = 0; p < 8; p++) pairs[p] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)gb->sc[p][8 * half]));
-            for (int rt = r0; rt < r0 + R; rt += AVX2_TILE) {
-                switch (r0 + R - rt) {
-                    case 1: q6_K_superblock_rows(gb, half, pairs, a, rt, 1, b, o); break;
-                    case 2: q6_K_superblock_rows(gb, half, pairs, a, rt, 2, b, o); break;
-                    case 3: q6_K_superblock_rows(gb, half, pairs, a, rt, 3, b, o); break;
-                    default: q6_K_superblock_rows(gb, half, pairs, a, rt, 4, b, o); break;
-                }
-            }
-        }
-    }
-}
-
-// Q6_K as bytes: the same sums as q6_K_superblock_rows, with the values loaded instead of unpacked
+// Q6_K as bytes (block_q6_K_i8), one super-block, half `half` (8 lanes), activation rows row0..row0+RR-1
+// (RR <= 4): the offset of 32 from the activations' sums of 16, then each step's int16 pair sums times
+// the group's scale
 AP_INLINE void q6_K_i8_superblock_rows(const block_q6_K_i8 *gb, int half, const __m256i pairs[8], const ap_act *a, int row0,
                                        int RR, int b, float *out) {
     const int lane0 = 8 * half;
@@ -384,7 +328,6 @@ ap_group_fn ap_group_avx2(int type) {
         case AP_Q4_1_G16: return group_q4_1_avx2;
         case AP_Q5_0_G16: return group_q5_0_avx2;
         case AP_Q4_K_G16: return group_q4_K_avx2;
-        case AP_Q6_K_G16: return group_q6_K_avx2;
         case AP_Q6_K_I8: return group_q6_K_i8_avx2;
         default: return NULL;
     }

@@ -20,13 +20,33 @@ AP_INLINE __m512i broadcast4(const int8_t *p) {  // 4 bytes (or two int16) into 
     return _mm512_set1_epi32(v);
 }
 
-// step t of 8 elements of block b (`cols` columns) for R activation rows: part[r] += the products of
-// the low nibbles' values (elements 8t..8t+3) and the high ones' (8t+4..8t+7) with the row's activations
+// A row's integer sum is kept in CHAINS(R) independent accumulators (part[r * AP_CHAINS + c]) and added
+// up at the end of each scale group: integer sums are exact in any order, so this changes no bit, but
+// with one or two activation rows in flight a single chain would wait on vpdpbusd's latency at every
+// step instead of streaming the weights (a single-token step is the case that matters most).
+#define AP_CHAINS 4
+#define CHAINS(R) ((R) <= 2 ? 4 : (R) <= 4 ? 2 : 1)
+
+AP_INLINE void zero_chains(__m512i *part, int R) {
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < CHAINS(R); c++) part[r * AP_CHAINS + c] = _mm512_setzero_si512();
+}
+AP_INLINE __m512i sum_chains(const __m512i *part, int R, int r) {
+    const __m512i *p = part + r * AP_CHAINS;
+    if (CHAINS(R) == 1) return p[0];
+    if (CHAINS(R) == 2) return _mm512_add_epi32(p[0], p[1]);
+    return _mm512_add_epi32(_mm512_add_epi32(p[0], p[1]), _mm512_add_epi32(p[2], p[3]));
+}
+
+// step t of 8 elements of block b (`cols` columns) for R activation rows: a row's chains += the products
+// of the low nibbles' values (elements 8t..8t+3) and the high ones' (8t+4..8t+7) with its activations
 AP_INLINE void step_rows(__m512i *part, __m512i q0, __m512i q1, const ap_act *a, int r0, int R, int cols, int b, int t) {
     for (int r = 0; r < R; r++) {
         const int8_t *x = a->q + (size_t)(r0 + r) * a->K + cols * b + 8 * t;
-        part[r] = _mm512_dpbusd_epi32(part[r], q0, broadcast4(x));
-        part[r] = _mm512_dpbusd_epi32(part[r], q1, broadcast4(x + 4));
+        __m512i *p = part + r * AP_CHAINS;
+        const int c0 = CHAINS(R) == 4 ? 2 * (t & 1) : 0, c1 = CHAINS(R) == 1 ? 0 : c0 + 1;
+        p[c0] = _mm512_dpbusd_epi32(p[c0], q0, broadcast4(x));
+        p[c1] = _mm512_dpbusd_epi32(p[c1], q1, broadcast4(x + 4));
     }
 }
 
@@ -37,19 +57,19 @@ AP_INLINE void group_q4_1_tile(const uint8_t *group, const ap_act *a, int r0, in
     const __m512i low4 = _mm512_set1_epi8(15);
     for (int b = 0; b < nb; b++) {
         const block_q4_1_g16 *gb = &g[b];
-        __m512i isum[AP_ROW_TILE];
-        for (int r = 0; r < R; r++) isum[r] = _mm512_setzero_si512();
+        __m512i part[AP_ROW_TILE * AP_CHAINS];
+        zero_chains(part, R);
         for (int t = 0; t < 4; t++) {
             const __m512i packed = _mm512_loadu_si512(gb->qs[t]);
             const __m512i q0 = _mm512_and_si512(packed, low4), q1 = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
-            step_rows(isum, q0, q1, a, r0, R, 32, b, t);
+            step_rows(part, q0, q1, a, r0, R, 32, b, t);
         }
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb->d));
         const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb->m));
         for (int r = 0; r < R; r++) {
             const size_t at = (size_t)(r0 + r) * nb + b;
             const __m512 dx = _mm512_set1_ps(a->d[at]), sx = _mm512_set1_ps((float)a->s32[at]);
-            acc[r] = _mm512_add_ps(acc[r], _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(isum[r])),
+            acc[r] = _mm512_add_ps(acc[r], _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(sum_chains(part, R, r))),
                                                          _mm512_mul_ps(_mm512_mul_ps(m, dx), sx)));
         }
     }
@@ -65,22 +85,22 @@ AP_INLINE void group_q5_0_tile(const uint8_t *group, const ap_act *a, int r0, in
     for (int b = 0; b < nb; b++) {
         const block_q5_0_g16 *gb = &g[b];
         const __m512i qh = _mm512_loadu_si512(gb->qh);
-        __m512i isum[AP_ROW_TILE];
-        for (int r = 0; r < R; r++) isum[r] = _mm512_setzero_si512();
+        __m512i part[AP_ROW_TILE * AP_CHAINS];
+        zero_chains(part, R);
         for (int t = 0; t < 4; t++) {
             const __m512i packed = _mm512_loadu_si512(gb->qs[t]);
             const __m512i h0 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * t), one), 4);
             const __m512i h1 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * t + 1), one), 4);
             const __m512i q0 = _mm512_or_si512(_mm512_and_si512(packed, low4), h0);
             const __m512i q1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(packed, 4), low4), h1);
-            step_rows(isum, q0, q1, a, r0, R, 32, b, t);
+            step_rows(part, q0, q1, a, r0, R, 32, b, t);
         }
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb->d));
         for (int r = 0; r < R; r++) {
             const size_t at = (size_t)(r0 + r) * nb + b;
             const __m512i offset = _mm512_set1_epi32(16 * (int)a->s32[at]);
             const __m512 dx = _mm512_set1_ps(a->d[at]);
-            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(_mm512_sub_epi32(isum[r], offset))));
+            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(_mm512_sub_epi32(sum_chains(part, R, r), offset))));
         }
     }
     for (int r = 0; r < R; r++) _mm512_storeu_ps(out + r * AP_GROUP, acc[r]);
@@ -100,14 +120,14 @@ AP_INLINE void group_q4_K_tile(const uint8_t *group, const ap_act *a, int r0, in
             for (int h = 0; h < 2; h++) {
                 const int j = 2 * p + h;
                 const __m512i scale = h ? _mm512_srli_epi32(pair, 16) : _mm512_and_si512(pair, low16);
-                __m512i part[AP_ROW_TILE];
-                for (int r = 0; r < R; r++) part[r] = _mm512_setzero_si512();
+                __m512i part[AP_ROW_TILE * AP_CHAINS];
+                zero_chains(part, R);
                 for (int t = 4 * j; t < 4 * j + 4; t++) {
                     const __m512i packed = _mm512_loadu_si512(gb->qs[t]);
                     const __m512i q0 = _mm512_and_si512(packed, low4), q1 = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
                     step_rows(part, q0, q1, a, r0, R, 256, b, t);
                 }
-                for (int r = 0; r < R; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(part[r], scale));
+                for (int r = 0; r < R; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(sum_chains(part, R, r), scale));
             }
         }
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb->d));
@@ -127,13 +147,15 @@ AP_INLINE void group_q4_K_tile(const uint8_t *group, const ap_act *a, int r0, in
     for (int r = 0; r < R; r++) _mm512_storeu_ps(out + r * AP_GROUP, acc[r]);
 }
 
-AP_INLINE void group_q6_K_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
-    const block_q6_K_g16 *g = (const block_q6_K_g16 *)group; const int nb = a->K / 256;
+// Q6_K as bytes (block_q6_K_i8): per group of 16 values the offset of 32 from the activations' sums of 16
+// (vpmaddwd with the scale pairs), the values' products (vpdpbusd: q[t][0] and q[t][1] are loaded as they
+// are multiplied), times the group's scale (vpmulld); one float step per super-block
+AP_INLINE void group_q6_K_i8_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
+    const block_q6_K_i8 *g = (const block_q6_K_i8 *)group; const int nb = a->K / 256;
     __m512 acc[AP_ROW_TILE];
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-    const __m512i low4 = _mm512_set1_epi8(15), three = _mm512_set1_epi8(3);
     for (int b = 0; b < nb; b++) {
-        const block_q6_K_g16 *gb = &g[b];
+        const block_q6_K_i8 *gb = &g[b];
         __m512i isum[AP_ROW_TILE];
         for (int r = 0; r < R; r++) isum[r] = _mm512_setzero_si512();
         for (int p = 0; p < 8; p++) {
@@ -145,19 +167,14 @@ AP_INLINE void group_q6_K_tile(const uint8_t *group, const ap_act *a, int r0, in
             for (int h = 0; h < 2; h++) {
                 const int u = 2 * p + h;  // group u of 16 elements: steps t = 2u, 2u + 1
                 const __m512i scale = h ? _mm512_srai_epi32(pair, 16) : _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16);
-                const __m512i qh = _mm512_loadu_si512(gb->qh[u]);
-                __m512i part[AP_ROW_TILE];
-                for (int r = 0; r < R; r++) part[r] = _mm512_setzero_si512();
+                __m512i part[AP_ROW_TILE * AP_CHAINS];
+                zero_chains(part, R);
                 for (int k = 0; k < 2; k++) {
                     const int t = 2 * u + k;
-                    const __m512i ql = _mm512_loadu_si512(gb->ql[t]);
-                    const __m512i q0 = _mm512_or_si512(_mm512_and_si512(ql, low4),
-                                                       _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 4 * k), three), 4));
-                    const __m512i q1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
-                                                       _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 4 * k + 2), three), 4));
+                    const __m512i q0 = _mm512_loadu_si512(gb->q[t][0]), q1 = _mm512_loadu_si512(gb->q[t][1]);
                     step_rows(part, q0, q1, a, r0, R, 256, b, t);
                 }
-                for (int r = 0; r < R; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(part[r], scale));
+                for (int r = 0; r < R; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(sum_chains(part, R, r), scale));
             }
         }
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb->d));
@@ -191,14 +208,14 @@ AP_INLINE void group_q6_K_tile(const uint8_t *group, const ap_act *a, int r0, in
 TILED(group_q4_1_avx512, group_q4_1_tile(group, a, r0, RR, out))
 TILED(group_q5_0_avx512, group_q5_0_tile(group, a, r0, RR, out))
 TILED(group_q4_K_avx512, group_q4_K_tile(group, a, r0, RR, out))
-TILED(group_q6_K_avx512, group_q6_K_tile(group, a, r0, RR, out))
+TILED(group_q6_K_i8_avx512, group_q6_K_i8_tile(group, a, r0, RR, out))
 
 ap_group_fn ap_group_avx512(int type) {
     switch (type) {
         case AP_Q4_1_G16: return group_q4_1_avx512;
         case AP_Q5_0_G16: return group_q5_0_avx512;
         case AP_Q4_K_G16: return group_q4_K_avx512;
-        case AP_Q6_K_G16: return group_q6_K_avx512;
+        case AP_Q6_K_I8: return group_q6_K_i8_avx512;
         default: return NULL;
     }
 }

@@ -105,27 +105,6 @@ static void group_q4_K_ref(const uint8_t *group, const ap_act *a, int r0, int R,
     }
 }
 
-static void group_q6_K_ref(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
-    const block_q6_K_g16 *g = (const block_q6_K_g16 *)group; const int nb = a->K / 256;
-    for (int r = 0; r < R; r++) {
-        const size_t row = (size_t)(r0 + r);
-        const int8_t *x = a->q + row * a->K; const float *dx = a->d + row * nb;
-        for (int l = 0; l < AP_GROUP; l++) {
-            float acc = 0.0f;
-            for (int b = 0; b < nb; b++) {
-                int isum = 0;
-                for (int j = 0; j < 16; j++) {
-                    int part = 0;
-                    for (int i = 16 * j; i < 16 * j + 16; i++) part += (ap_q6k_g16_value(&g[b], l, i) - 32) * x[256 * b + i];
-                    isum += g[b].sc[j / 2][l][j % 2] * part;
-                }
-                acc = acc + (ap_h2f(g[b].d[l]) * dx[b]) * (float)isum;
-            }
-            out[r * AP_GROUP + l] = acc;
-        }
-    }
-}
-
 static void group_q6_K_i8_ref(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
     const block_q6_K_i8 *g = (const block_q6_K_i8 *)group; const int nb = a->K / 256;
     for (int r = 0; r < R; r++) {
@@ -171,7 +150,7 @@ static void dot_f16_ref(const uint8_t *wrow, const ap_act *a, int r0, int R, flo
 
 int ap_act_block(int type) {
     switch (type) {
-        case AP_Q4_K_G16: case AP_Q6_K_G16: case AP_Q6_K_I8: return 256;
+        case AP_Q4_K_G16: case AP_Q6_K_I8: return 256;
         case AP_Q4_0: case AP_Q8_0: case AP_Q4_1_G16: case AP_Q5_0_G16: return 32;
         default: return 0;
     }
@@ -192,7 +171,6 @@ ap_group_fn ap_group_ref(int type) {
         case AP_Q4_1_G16: return group_q4_1_ref;
         case AP_Q5_0_G16: return group_q5_0_ref;
         case AP_Q4_K_G16: return group_q4_K_ref;
-        case AP_Q6_K_G16: return group_q6_K_ref;
         case AP_Q6_K_I8: return group_q6_K_i8_ref;
         default: return NULL;
     }

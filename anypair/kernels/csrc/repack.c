@@ -1,4 +1,4 @@
-// The interleaved layouts (ap_common.h: block_q4_1_g16, block_q5_0_g16, block_q4_K_g16, block_q6_K_g16): made once
+// The interleaved layouts (ap_common.h: block_q4_1_g16, block_q5_0_g16, block_q4_K_g16, block_q6_K_i8): made once
 // at load from the GGUF's rows, and read back per row for the embedding gather and the tests.
 //
 // Only the arrangement changes: every value, scale and minimum is the file's, so the products are
@@ -7,17 +7,8 @@
 
 #include "ap_api.h"
 
-// the layout a build reads Q6_K in: bytes on AVX2 and portable builds, 6 bits on AVX-512 (ap_common.h)
-static int q6_K_layout(void) {
-#if defined(AP_AVX512)
-    return AP_Q6_K_G16;
-#else
-    return AP_Q6_K_I8;
-#endif
-}
-
 static int grouped_type(int ggml_type) {
-    return ggml_type == AP_Q4_K ? AP_Q4_K_G16 : ggml_type == AP_Q6_K ? q6_K_layout()
+    return ggml_type == AP_Q4_K ? AP_Q4_K_G16 : ggml_type == AP_Q6_K ? AP_Q6_K_I8
          : ggml_type == AP_Q4_1 ? AP_Q4_1_G16 : ggml_type == AP_Q5_0 ? AP_Q5_0_G16 : -1;
 }
 
@@ -93,23 +84,6 @@ static void q6_K_values(const block_q6_K *blk, uint8_t v[256]) {  // 0..63, offs
     }
 }
 
-static void pack_q6_K(const block_q6_K *rows[AP_GROUP], int b, block_q6_K_g16 *g) {
-    memset(g, 0, sizeof(*g));
-    for (int l = 0; l < AP_GROUP; l++) {
-        if (!rows[l]) continue;
-        const block_q6_K *blk = &rows[l][b];
-        uint8_t v[256];
-        q6_K_values(blk, v);
-        g->d[l] = blk->d;
-        for (int j = 0; j < 16; j++) g->sc[j / 2][l][j % 2] = blk->scales[j];
-        scatter_nibbles(v, 32, l, g->ql);
-        for (int u = 0; u < 16; u++)
-            for (int e = 0; e < 4; e++)
-                g->qh[u][4 * l + e] = (uint8_t)((v[16 * u + e] >> 4) | ((v[16 * u + 4 + e] >> 4) << 2) |
-                                                ((v[16 * u + 8 + e] >> 4) << 4) | ((v[16 * u + 12 + e] >> 4) << 6));
-    }
-}
-
 static void pack_q6_K_i8(const block_q6_K *rows[AP_GROUP], int b, block_q6_K_i8 *g) {
     memset(g, 0, sizeof(*g));
     for (int l = 0; l < AP_GROUP; l++) {
@@ -143,8 +117,7 @@ int ap_repack(int ggml_type, const uint8_t *rows, size_t row_bytes, int N, int K
             if (type == AP_Q4_1_G16) pack_q4_1((const block_q4_1 **)members, b, (block_q4_1_g16 *)dst);
             else if (type == AP_Q5_0_G16) pack_q5_0((const block_q5_0 **)members, b, (block_q5_0_g16 *)dst);
             else if (type == AP_Q4_K_G16) pack_q4_K((const block_q4_K **)members, b, (block_q4_K_g16 *)dst);
-            else if (type == AP_Q6_K_I8) pack_q6_K_i8((const block_q6_K **)members, b, (block_q6_K_i8 *)dst);
-            else pack_q6_K((const block_q6_K **)members, b, (block_q6_K_g16 *)dst);
+            else pack_q6_K_i8((const block_q6_K **)members, b, (block_q6_K_i8 *)dst);
         }
     }
     return type;
@@ -171,19 +144,12 @@ void ap_grouped_dequant_row(const ap_weight *w, int n, float *y) {
                 const int j = e / 32;
                 o[e] = d * g->sc[j / 2][l][j % 2] * ap_q4k_g16_value(g, l, e) - dmin * g->mn[j / 2][l][j % 2];
             }
-        } else if (w->type == AP_Q6_K_I8) {
+        } else {  // AP_Q6_K_I8
             const block_q6_K_i8 *g = (const block_q6_K_i8 *)group + b;
             const float d = ap_h2f(g->d[l]);
             for (int e = 0; e < 256; e++) {
                 const int j = e / 16;
                 o[e] = d * g->sc[j / 2][l][j % 2] * (ap_q6k_i8_value(g, l, e) - 32);
-            }
-        } else {
-            const block_q6_K_g16 *g = (const block_q6_K_g16 *)group + b;
-            const float d = ap_h2f(g->d[l]);
-            for (int e = 0; e < 256; e++) {
-                const int j = e / 16;
-                o[e] = d * g->sc[j / 2][l][j % 2] * (ap_q6k_g16_value(g, l, e) - 32);
             }
         }
     }
