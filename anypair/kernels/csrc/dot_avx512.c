@@ -20,33 +20,13 @@ AP_INLINE __m512i broadcast4(const int8_t *p) {  // 4 bytes (or two int16) into 
     return _mm512_set1_epi32(v);
 }
 
-// A row's integer sum is kept in CHAINS(R) independent accumulators (part[r * AP_CHAINS + c]) and added
-// up at the end of each scale group: integer sums are exact in any order, so this changes no bit, but
-// with one or two activation rows in flight a single chain would wait on vpdpbusd's latency at every
-// step instead of streaming the weights (a single-token step is the case that matters most).
-#define AP_CHAINS 4
-#define CHAINS(R) ((R) <= 2 ? 4 : (R) <= 4 ? 2 : 1)
-
-AP_INLINE void zero_chains(__m512i *part, int R) {
-    for (int r = 0; r < R; r++)
-        for (int c = 0; c < CHAINS(R); c++) part[r * AP_CHAINS + c] = _mm512_setzero_si512();
-}
-AP_INLINE __m512i sum_chains(const __m512i *part, int R, int r) {
-    const __m512i *p = part + r * AP_CHAINS;
-    if (CHAINS(R) == 1) return p[0];
-    if (CHAINS(R) == 2) return _mm512_add_epi32(p[0], p[1]);
-    return _mm512_add_epi32(_mm512_add_epi32(p[0], p[1]), _mm512_add_epi32(p[2], p[3]));
-}
-
-// step t of 8 elements of block b (`cols` columns) for R activation rows: a row's chains += the products
-// of the low nibbles' values (elements 8t..8t+3) and the high ones' (8t+4..8t+7) with its activations
+// step t of 8 elements of block b (`cols` columns) for R activation rows: part[r] += the products of
+// the low nibbles' values (elements 8t..8t+3) and the high ones' (8t+4..8t+7) with the row's activations
 AP_INLINE void step_rows(__m512i *part, __m512i q0, __m512i q1, const ap_act *a, int r0, int R, int cols, int b, int t) {
     for (int r = 0; r < R; r++) {
         const int8_t *x = a->q + (size_t)(r0 + r) * a->K + cols * b + 8 * t;
-        __m512i *p = part + r * AP_CHAINS;
-        const int c0 = CHAINS(R) == 4 ? 2 * (t & 1) : 0, c1 = CHAINS(R) == 1 ? 0 : c0 + 1;
-        p[c0] = _mm512_dpbusd_epi32(p[c0], q0, broadcast4(x));
-        p[c1] = _mm512_dpbusd_epi32(p[c1], q1, broadcast4(x + 4));
+        part[r] = _mm512_dpbusd_epi32(part[r], q0, broadcast4(x));
+        part[r] = _mm512_dpbusd_epi32(part[r], q1, broadcast4(x + 4));
     }
 }
 
@@ -57,8 +37,9 @@ AP_INLINE void group_q4_1_tile(const uint8_t *group, const ap_act *a, int r0, in
     const __m512i low4 = _mm512_set1_epi8(15);
     for (int b = 0; b < nb; b++) {
         const block_q4_1_g16 *gb = &g[b];
-        __m512i part[AP_ROW_TILE * AP_CHAINS];
-        zero_chains(part, R);
+        __m512i part[AP_ROW_TILE];
+        for (int r = 0; r < R; r++) part[r] = _mm512_setzero_si512();
+        #pragma GCC unroll 4
         for (int t = 0; t < 4; t++) {
             const __m512i packed = _mm512_loadu_si512(gb->qs[t]);
             const __m512i q0 = _mm512_and_si512(packed, low4), q1 = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
@@ -69,7 +50,7 @@ AP_INLINE void group_q4_1_tile(const uint8_t *group, const ap_act *a, int r0, in
         for (int r = 0; r < R; r++) {
             const size_t at = (size_t)(r0 + r) * nb + b;
             const __m512 dx = _mm512_set1_ps(a->d[at]), sx = _mm512_set1_ps((float)a->s32[at]);
-            acc[r] = _mm512_add_ps(acc[r], _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(sum_chains(part, R, r))),
+            acc[r] = _mm512_add_ps(acc[r], _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(part[r])),
                                                          _mm512_mul_ps(_mm512_mul_ps(m, dx), sx)));
         }
     }
@@ -85,8 +66,9 @@ AP_INLINE void group_q5_0_tile(const uint8_t *group, const ap_act *a, int r0, in
     for (int b = 0; b < nb; b++) {
         const block_q5_0_g16 *gb = &g[b];
         const __m512i qh = _mm512_loadu_si512(gb->qh);
-        __m512i part[AP_ROW_TILE * AP_CHAINS];
-        zero_chains(part, R);
+        __m512i part[AP_ROW_TILE];
+        for (int r = 0; r < R; r++) part[r] = _mm512_setzero_si512();
+        #pragma GCC unroll 4
         for (int t = 0; t < 4; t++) {
             const __m512i packed = _mm512_loadu_si512(gb->qs[t]);
             const __m512i h0 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * t), one), 4);
@@ -100,7 +82,7 @@ AP_INLINE void group_q5_0_tile(const uint8_t *group, const ap_act *a, int r0, in
             const size_t at = (size_t)(r0 + r) * nb + b;
             const __m512i offset = _mm512_set1_epi32(16 * (int)a->s32[at]);
             const __m512 dx = _mm512_set1_ps(a->d[at]);
-            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(_mm512_sub_epi32(sum_chains(part, R, r), offset))));
+            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(_mm512_sub_epi32(part[r], offset))));
         }
     }
     for (int r = 0; r < R; r++) _mm512_storeu_ps(out + r * AP_GROUP, acc[r]);
@@ -120,14 +102,15 @@ AP_INLINE void group_q4_K_tile(const uint8_t *group, const ap_act *a, int r0, in
             for (int h = 0; h < 2; h++) {
                 const int j = 2 * p + h;
                 const __m512i scale = h ? _mm512_srli_epi32(pair, 16) : _mm512_and_si512(pair, low16);
-                __m512i part[AP_ROW_TILE * AP_CHAINS];
-                zero_chains(part, R);
+                __m512i part[AP_ROW_TILE];
+                for (int r = 0; r < R; r++) part[r] = _mm512_setzero_si512();
+                #pragma GCC unroll 4
                 for (int t = 4 * j; t < 4 * j + 4; t++) {
                     const __m512i packed = _mm512_loadu_si512(gb->qs[t]);
                     const __m512i q0 = _mm512_and_si512(packed, low4), q1 = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
                     step_rows(part, q0, q1, a, r0, R, 256, b, t);
                 }
-                for (int r = 0; r < R; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(sum_chains(part, R, r), scale));
+                for (int r = 0; r < R; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(part[r], scale));
             }
         }
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb->d));
@@ -167,14 +150,15 @@ AP_INLINE void group_q6_K_i8_tile(const uint8_t *group, const ap_act *a, int r0,
             for (int h = 0; h < 2; h++) {
                 const int u = 2 * p + h;  // group u of 16 elements: steps t = 2u, 2u + 1
                 const __m512i scale = h ? _mm512_srai_epi32(pair, 16) : _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16);
-                __m512i part[AP_ROW_TILE * AP_CHAINS];
-                zero_chains(part, R);
+                __m512i part[AP_ROW_TILE];
+                for (int r = 0; r < R; r++) part[r] = _mm512_setzero_si512();
+                #pragma GCC unroll 2
                 for (int k = 0; k < 2; k++) {
                     const int t = 2 * u + k;
                     const __m512i q0 = _mm512_loadu_si512(gb->q[t][0]), q1 = _mm512_loadu_si512(gb->q[t][1]);
                     step_rows(part, q0, q1, a, r0, R, 256, b, t);
                 }
-                for (int r = 0; r < R; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(sum_chains(part, R, r), scale));
+                for (int r = 0; r < R; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(part[r], scale));
             }
         }
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb->d));
