@@ -177,14 +177,11 @@ KV_MEMORY_SHARE = 0.5
 def _max_batch(gen, asked: Optional[int]) -> tuple[int, str]:
     """--max-batch as asked, or by default from memory: as many requests as fit their KV caches at the
     full context in half the memory available now, at most DEFAULT_MAX_BATCH; 1 where the engines
-    cannot batch. Returns it and a note for the start line (the KV per slot)."""
+    cannot batch. Returns it and a note for the start line (the KV per slot). The generator's
+    scheduler checks it (`AnyPairGenerator.batch_scheduler`), when the server is made."""
     why_not = gen.batching_unavailable()
-    if asked is not None and asked < 1:
-        raise InputError(f"--max-batch must be at least 1 (requests that share each forward), got {asked}")
-    if why_not is not None:
-        if asked is not None and asked > 1:
-            raise InputError(f"--max-batch {asked}: {why_not}; use --max-batch 1 (one request at a time)")
-        return 1, f"one request at a time ({why_not})"
+    if why_not is not None:  # a --max-batch above 1 is refused in one line when the scheduler is made
+        return 1 if asked is None else asked, f"one request at a time ({why_not})"
     per_slot = gen.kv_bytes_per_slot()
     if asked is None:
         available = _available_memory()
