@@ -3,11 +3,11 @@ share each forward of the target (continuous batching), each still getting exact
 alone.
 
 `AnyPairGenerator.generate`, `stream` and `generate_many` and the server's worker all submit their
-requests to a `BatchScheduler` and run its rounds; so does `DecodeSession.run` for a session made by
-hand (`run_alone`). Each request is a `DecodeSession` whose loop (`DecodeSession.steps`) yields the
-target calls it needs instead of running them; its KV state lives in a slot of its own of the
-engines (the slot interface of `backends.base.ModelBackend`: every engine has at least one slot,
-the GGUF engine as many as memory holds). A round of `BatchScheduler.round()`:
+requests to a `BatchScheduler` and run its rounds; so does a session made by hand (`run_alone`).
+Each request is a `DecodeSession` whose loop (`DecodeSession.steps`) yields the target calls it
+needs instead of running them; its KV state lives in a slot of its own of the engines (the slot
+interface of `backends.base.ModelBackend`: every engine has at least one slot, the GGUF engine as
+many as memory holds). A round of `BatchScheduler.round()`:
 
 1. drops the requests whose client left (their slots free at once) and admits waiting ones into free
    slots (a request joins at the next round, never mid-round);
@@ -32,7 +32,6 @@ undrafted_shared_rounds` counts those rounds).
 """
 from __future__ import annotations
 
-import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -42,11 +41,8 @@ import torch
 
 from anypair.backends.base import ModelBackend, SequenceRows
 from anypair.drafters.base import DraftCall
-from anypair.errors import InputError
 from anypair.generation.loop import DecodeSession, Step, TargetCall
 from anypair.types import GenerationResult
-
-logger = logging.getLogger("anypair")
 
 #: prompt rows a round feeds over all prefilling requests (the engine's own prefill chunk): a long
 #: prompt takes several rounds while the others keep streaming
@@ -54,7 +50,9 @@ PREFILL_ROWS = 64
 
 
 class RequestSink(Protocol):
-    """Where a request's events go (the server's job, or a `CollectingSink`)."""
+    """Where a request's events go (the server's job, or a `CollectingSink`). The scheduler logs
+    nothing: a failed request's error goes to its sink, which reports it (the server logs it, a
+    caller in process gets it raised)."""
 
     def admitted(self) -> None:
         """The request got a slot: it runs from this round on."""
@@ -153,7 +151,6 @@ class BatchScheduler:
         try:
             outputs = self.engine.forward_rows(calls)
         except Exception as exc:  # a bug or a broken engine: no request of the round can go on
-            logger.exception("anypair: a shared forward failed; ending its %d requests", len(feeds))
             for active, _ in feeds:
                 self._end(active, exc)
             return
@@ -176,7 +173,6 @@ class BatchScheduler:
         try:
             outputs = self.draft_engine.forward_rows(calls)
         except Exception as exc:
-            logger.exception("anypair: a shared draft forward failed; ending its %d requests", len(drafting))
             for active in drafting:
                 self._end(active, exc)
             return
@@ -186,11 +182,12 @@ class BatchScheduler:
             self._advance(active, logits)
 
     def _prompt_rows(self) -> Optional[int]:
-        """Prompt rows this round reads over all requests (None: no bound). Beside other requests,
-        PREFILL_ROWS, so that a long prompt does not stall those already streaming; alone, the
-        engine's own piece (a one-slot engine reads a whole prompt in one call, as it chunks inside)."""
+        """Prompt rows this round reads over all requests (None: no bound). Beside other requests in
+        the forward, PREFILL_ROWS, so that a long prompt does not stall those already streaming;
+        alone, the engine's own piece (a one-slot engine, always alone, reads a whole prompt in one
+        call as `prefill` does, and chunks it inside: its numerics may depend on the chunks)."""
         own = self.engine.prompt_rows_per_forward
-        if len(self.active) + len(self.waiting) > 1:
+        if len(self.active) > 1:
             return PREFILL_ROWS if own is None else min(PREFILL_ROWS, own)
         return own
 
@@ -237,8 +234,6 @@ class BatchScheduler:
         except StopIteration:
             self._end(active, None, finished=True)
         except Exception as exc:
-            if not isinstance(exc, InputError):
-                logger.exception("anypair: a batched request failed")
             self._end(active, exc)
 
     def _end(self, active: _Active, error: Optional[Exception], finished: bool = False) -> None:
@@ -268,8 +263,6 @@ class BatchScheduler:
             try:
                 session, on_finish = self.make_session(slot, waiting.arguments)
             except Exception as exc:  # a bad request: refused alone (InputError), the others go on
-                if not isinstance(exc, InputError):
-                    logger.exception("anypair: could not start a batched request")
                 waiting.sink.failed(exc)
                 free.insert(0, slot)
                 continue

@@ -436,8 +436,11 @@ class AnyPairGenerator:
         if why_not is not None:
             raise InputError(f"cannot batch {max_batch} requests: {why_not}: use max_batch 1 (--max-batch 1, "
                              "one request at a time)")
-        for backend in (self.target_backend, self.draft_backend):
-            if backend is not None and backend.slots < max_batch:
+        # the draft's engine holds the requests' draft states only where the drafter runs the draft model
+        drafting = [self.draft_backend] if self.draft_backend is not None and uses_draft_model(self.options.drafter) \
+            else []
+        for backend in [self.target_backend, *drafting]:
+            if backend.slots < max_batch:
                 backend.set_slots(max_batch)
         return BatchScheduler(self.target_backend, max_batch, self._batch_session, self._verify_slope(),
                               draft_engine=self.draft_backend)

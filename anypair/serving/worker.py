@@ -254,7 +254,8 @@ class _JobSink:
         if isinstance(error, InputError):
             param, code = self.worker._blame(self.job)
             self.job.emit(Failed(error, param, code))
-        else:
+        else:  # a bug: the handler answers 500, the log keeps the traceback
+            logger.error("%s failed", self.job.request_id, exc_info=error)
             self.job.emit(Failed(error))
 
     def dropped(self) -> None:
