@@ -5,17 +5,25 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+from anypair.drafters import DRAFTERS, uses_draft_model
 from anypair.errors import AnyPairError, InputError
 from anypair.generation.checks import engine_options
+from anypair.policies import POLICIES
 
 from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+
+
+#: the architectures of the gguf engine (`backends.quantized_gguf.ARCHITECTURES`, which imports torch:
+#: named here for the help, tests/test_options.py checks that the two agree)
+GGUF_ENGINE_RUNS = "llama, qwen2, qwen3, phi3, gemma2, gemma3"
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-m", "--model", default=DEFAULT_TARGET, help=f"target model (default {DEFAULT_TARGET})")
     p.add_argument("-a", "--assistant-model", default=DEFAULT_DRAFT, help=f"draft model (default {DEFAULT_DRAFT})")
-    p.add_argument("--drafter", choices=["model", "lookup", "hybrid"], default="model")
-    p.add_argument("--draft-length", choices=["adaptive", "heuristic", "constant"], default="adaptive")
+    p.add_argument("--drafter", choices=list(DRAFTERS), default=next(iter(DRAFTERS)),
+                   help="; ".join(f"{d.name}: {d.summary}" for d in DRAFTERS.values()))
+    p.add_argument("--draft-length", choices=list(POLICIES), default=next(iter(POLICIES)))
     p.add_argument("-k", "--num-draft-tokens", type=int, default=None,
                    help="draft length: the constant one, the heuristic's start, or the adaptive policy's cap")
     p.add_argument("--confidence-threshold", type=float, default=None,
@@ -35,10 +43,11 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                    help="draft weights when the draft runs on torch (int8: dynamic int8, drafts only)")
     p.add_argument("--engine", choices=list(engine_options()), default="auto",
                    help="target engine (auto: gguf, anypair's exact engine on the GGUF's own blocks, for a target "
-                        "with a GGUF (zoo models, .gguf files) of a llama/qwen2 architecture; torch otherwise)")
+                        f"with a GGUF (zoo models, .gguf files) of an architecture it runs ({GGUF_ENGINE_RUNS}); "
+                        "llama.cpp for a .gguf of another; torch otherwise)")
     p.add_argument("--draft-engine", choices=list(engine_options()), default="auto",
-                   help="draft engine (auto: gguf for a draft with a llama/qwen2 GGUF, as the default pair's; llama.cpp "
-                        "for another GGUF when llama-cpp-python is installed; torch otherwise)")
+                   help=f"draft engine (auto: gguf for a draft with a GGUF of {GGUF_ENGINE_RUNS}, as the default "
+                        "pair's; llama.cpp for another GGUF when llama-cpp-python is installed; torch otherwise)")
     p.add_argument("--context", type=int, default=None,
                    help="context length of the gguf and llama.cpp engines (default min(trained, 8192))")
     p.add_argument("--threads", type=int, default=None)
@@ -69,7 +78,7 @@ def _load_pair(args, options, assisted: bool = True):
     """The generator of `generate` and `serve`: the target and, unless the options need none, the draft."""
     from anypair.generation.generator import AnyPairGenerator
 
-    draft = None if not assisted or options.drafter == "lookup" else args.assistant_model
+    draft = args.assistant_model if assisted and uses_draft_model(options.drafter) else None
     return AnyPairGenerator.from_options(args.model, draft, options)
 
 
@@ -168,14 +177,11 @@ KV_MEMORY_SHARE = 0.5
 def _max_batch(gen, asked: Optional[int]) -> tuple[int, str]:
     """--max-batch as asked, or by default from memory: as many requests as fit their KV caches at the
     full context in half the memory available now, at most DEFAULT_MAX_BATCH; 1 where the engines
-    cannot batch. Returns it and a note for the start line (the KV per slot)."""
+    cannot batch. Returns it and a note for the start line (the KV per slot). The generator's
+    scheduler checks it (`AnyPairGenerator.batch_scheduler`), when the server is made."""
     why_not = gen.batching_unavailable()
-    if asked is not None and asked < 1:
-        raise InputError(f"--max-batch must be at least 1 (requests that share each forward), got {asked}")
-    if why_not is not None:
-        if asked is not None and asked > 1:
-            raise InputError(f"--max-batch {asked}: {why_not}; use --max-batch 1 (one request at a time)")
-        return 1, f"one request at a time ({why_not})"
+    if why_not is not None:  # a --max-batch above 1 is refused in one line when the scheduler is made
+        return 1 if asked is None else asked, f"one request at a time ({why_not})"
     per_slot = gen.kv_bytes_per_slot()
     if asked is None:
         available = _available_memory()
@@ -209,10 +215,10 @@ def run_bench_cmd(args) -> int:
         raise InputError(f"--n and --repeats must be at least 1, got {args.n} and {args.repeats}")
     prompts = prompts_from_file(args.prompts, args.n) if args.prompts else humaneval_prompts(args.n)
     drafters = [d.strip() for d in (args.drafters or args.drafter).split(",") if d.strip()]
-    unknown = sorted(set(drafters) - {"model", "lookup", "hybrid"})
+    unknown = sorted(set(drafters) - set(DRAFTERS))
     if unknown or not drafters:
-        raise InputError(f"unknown drafter(s) {unknown or repr(args.drafters)}: choose among model, lookup, hybrid")
-    draft = None if drafters == ["lookup"] else args.assistant_model
+        raise InputError(f"unknown drafter(s) {unknown or repr(args.drafters)}: choose among {', '.join(DRAFTERS)}")
+    draft = args.assistant_model if any(uses_draft_model(d) for d in drafters) else None
     try:
         contexts = [int(c) for c in args.verify_contexts.split(",") if c.strip()]
     except ValueError:

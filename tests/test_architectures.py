@@ -12,9 +12,12 @@ of the zoo, is checked against llama.cpp and transformers the same way.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
+import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -62,37 +65,83 @@ FORWARD_VOCAB = {"llama": "llama-spm", "qwen3": "llama-spm", "phi3": "phi-3", "g
 ROPE_VARIANTS = {"llama3": "Q8_0", "phi3-long": "Q8_0"}
 
 
-class TinyFiles:
-    """Each tiny model built once per session: config, F32 GGUF, quantized GGUFs, by (arch, vocabulary)."""
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
-    def __init__(self, folder: Path) -> None:
+
+def _builders_key() -> str:
+    """What every tiny file is made by: tiny_gguf.py and the libraries that draw the weights (torch,
+    transformers), write them (gguf, numpy) and quantize them (llama.cpp)."""
+    from importlib.metadata import version
+
+    import llama_cpp
+    import transformers
+
+    parts = [_file_digest(Path(tiny_gguf.__file__)), torch.__version__, transformers.__version__, version("gguf"),
+             np.__version__, llama_cpp.__version__]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+class TinyFiles:
+    """Each tiny model's quantized GGUFs, built at most once per run, by (arch, vocabulary, type).
+
+    They are kept in a folder named by their content's key (the builders and the vocabulary file's
+    bytes) under pytest's cache when it is on: a run reuses what an earlier run built from the same
+    inputs (the seeded build gives the same file again), and a change to any input builds afresh.
+    The F32 GGUF they are quantized from (4-5 times their size) is built only when a quantization is
+    missing, into this run's `scratch` folder. Each kept file is written under a temporary name and
+    renamed, so an interrupted build leaves none."""
+
+    def __init__(self, folder: Path, scratch: Path) -> None:
         self.folder = folder
-        self.built: dict[tuple[str, Path], tuple] = {}
+        self.scratch = scratch
+        self.builders = _builders_key()
+        self.vocab_digests: dict[Path, str] = {}
 
     def config(self, arch: str, vocab: Path = None):
-        return self._build(arch, vocab or _vocab(FORWARD_VOCAB[arch]))[0]
+        return tiny_gguf.tiny_config(arch, vocab or _vocab(FORWARD_VOCAB[arch]))
 
     def quantized(self, arch: str, ftype: str, vocab: Path = None) -> Path:
         vocab = vocab or _vocab(FORWARD_VOCAB[arch])
-        _, f32 = self._build(arch, vocab)
-        folder = self.folder / f"{arch}-{vocab.stem}"
-        folder.mkdir(exist_ok=True)
-        target = folder / f"{ftype}.gguf"
+        target = self._kept(arch, vocab) / f"{ftype}.gguf"
         if not target.exists():
-            tiny_gguf.quantize(f32, target, ftype)
+            tiny_gguf.quantize(self._f32(arch, vocab), self._partial(target), ftype).replace(target)
         return target
 
-    def _build(self, arch: str, vocab: Path):
-        if (arch, vocab) not in self.built:
+    def _kept(self, arch: str, vocab: Path) -> Path:
+        """The folder of (arch, vocab)'s quantized files made from today's inputs (older ones removed)."""
+        if vocab not in self.vocab_digests:
+            self.vocab_digests[vocab] = _file_digest(vocab)
+        key = hashlib.sha256(f"{self.builders} {arch} {self.vocab_digests[vocab]}".encode()).hexdigest()[:16]
+        prefix = f"{arch}-{vocab.stem}-"
+        folder = self.folder / f"{prefix}{key}"
+        if not folder.is_dir():
+            for stale in self.folder.glob(prefix + "?" * len(key)):  # built from other inputs: never read again
+                shutil.rmtree(stale)
+            folder.mkdir(parents=True)
+        return folder
+
+    def _f32(self, arch: str, vocab: Path) -> Path:
+        f32 = self.scratch / f"{arch}-{vocab.stem}-F32.gguf"
+        if not f32.exists():
             model, config = tiny_gguf.build_model(arch, vocab)
-            f32 = tiny_gguf.write_gguf(arch, model, config, self.folder / f"{arch}-{vocab.stem}-F32.gguf", vocab)
-            self.built[(arch, vocab)] = (config, f32)
-        return self.built[(arch, vocab)]
+            tiny_gguf.write_gguf(arch, model, config, f32, vocab)
+        return f32
+
+    @staticmethod
+    def _partial(path: Path) -> Path:
+        return path.with_name(path.name + ".partial")
 
 
 @pytest.fixture(scope="session")
-def tiny_files(tmp_path_factory, zoo_fetch) -> TinyFiles:
-    return TinyFiles(tmp_path_factory.mktemp("tiny-gguf"))
+def tiny_files(request, tmp_path_factory, zoo_fetch) -> TinyFiles:
+    cache = request.config.cache if request.config.pluginmanager.has_plugin("cacheprovider") else None
+    scratch = tmp_path_factory.mktemp("tiny-gguf")
+    return TinyFiles(cache.mkdir("anypair-tiny-gguf") if cache is not None else scratch, scratch)
 
 
 def _news_ids(gguf: Path, count: int) -> list[int]:

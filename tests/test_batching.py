@@ -34,7 +34,7 @@ PROMPTS = [list(range(300, 305)), list(range(1000, 1017)), list(range(2000, 2090
 
 
 def test_rows_of_three_sequences_in_one_call_equal_each_alone_bitwise(engines):
-    from anypair.backends.quantized_gguf import SequenceRows
+    from anypair.backends.base import SequenceRows
 
     batched, alone = engines
     batched.set_slots(3)
@@ -79,7 +79,7 @@ def test_a_slot_behaves_as_an_engine_of_its_own(engines):
     with pytest.raises(ValueError, match="slot 3 of 3"):
         batched.sequence(3)
     with pytest.raises(ValueError, match="one call per slot"):
-        from anypair.backends.quantized_gguf import SequenceRows
+        from anypair.backends.base import SequenceRows
 
         batched.forward_rows([SequenceRows(0, [1]), SequenceRows(0, [2])])
 
@@ -144,3 +144,50 @@ def test_generate_many_refuses_bad_input_in_one_line(pair):
         pair.generate_many(["a"], messages=[[{"role": "user", "content": "b"}]])
     with pytest.raises(InputError, match="one per request"):
         pair.generate_many(["a", "b"], max_new_tokens=[4])
+
+
+# -- one path: every engine is at least a one-slot engine, and max_batch is checked in one place ------
+
+
+@pytest.fixture(scope="module")
+def torch_alone(zoo_fetch):
+    """SmolLM2 alone on the torch engine: an engine of one slot."""
+    from anypair import AnyPairGenerator
+
+    return AnyPairGenerator(SMOL, None, engine="torch", weights="fp32", threads=2)
+
+
+def test_a_one_slot_engine_serves_its_one_sequence_through_the_slot_interface(torch_alone):
+    from anypair.backends.base import SequenceRows
+    from anypair.errors import InputError
+
+    backend = torch_alone.target_backend
+    assert (backend.max_slots, backend.slots, backend.kv_bytes_per_slot) == (1, 1, 0)
+    assert backend.sequence(0) is backend
+    with pytest.raises(ValueError, match="slot 1 of 1"):
+        backend.sequence(1)
+    with pytest.raises(InputError, match="one sequence at a time"):
+        backend.set_slots(2)
+    prompt = PROMPTS[1]
+    (rows,) = backend.forward_rows([SequenceRows(0, prompt[:8], "none")])
+    assert rows is None and backend.cached_length == 8
+    (rows,) = backend.forward_rows([SequenceRows(0, prompt[8:], "all")])
+    backend.reset()  # the same calls through extend give the same bits (torch is not batch-invariant)
+    backend.extend(prompt[:8])
+    assert torch.equal(rows, backend.extend(prompt[8:], all_logits=True))
+
+
+def test_max_batch_is_checked_by_the_scheduler_in_one_line(pair, torch_alone):
+    from anypair.errors import InputError
+    from anypair.serving.worker import GenerationWorker
+
+    with pytest.raises(InputError, match="must be at least 1"):
+        pair.batch_scheduler(0)
+    assert torch_alone.batching_unavailable() is not None
+    with pytest.raises(InputError, match="cannot batch 2 requests: the target runs on torch, which holds one sequence"):
+        torch_alone.generate_many(MANY[:2], max_new_tokens=4, max_batch=2)
+    with pytest.raises(InputError, match="cannot batch 3 requests"):
+        GenerationWorker(torch_alone, queue_size=4, max_batch=3)  # the server refuses it before it starts
+    # one at a time on the torch engine is the same path: generate_many == generate
+    many = torch_alone.generate_many(MANY[:2], max_new_tokens=6, max_batch=1)
+    assert [r.text for r in many] == [torch_alone.generate(p, max_new_tokens=6).text for p in MANY[:2]]

@@ -15,15 +15,15 @@ def test_num_draft_tokens_caps_proposals_with_the_defaults(zoo_fetch):
     gen = AnyPairGenerator(SMOL, SMOL, dtype="fp32", num_draft_tokens=CAP)
     drafter = gen._model_drafter(SamplingConfig(), None)  # the cached greedy drafter that generate() uses
     asked, proposed = [], []
-    propose = drafter.propose
+    propose_steps = drafter.propose_steps  # what the scheduler runs: the proposal, its draft steps yielded
 
-    def recording_propose(budget):
-        proposal = propose(budget)
+    def recording_propose_steps(budget):
+        proposal = yield from propose_steps(budget)
         asked.append(budget.max_draft_steps)
         proposed.append(len(proposal))
         return proposal
 
-    drafter.propose = recording_propose
+    drafter.propose_steps = recording_propose_steps
     assisted = gen.generate(PROMPT, max_new_tokens=24)
     assert assisted.target_ids == gen.generate(PROMPT, max_new_tokens=24, assisted=False).target_ids
     assert asked and max(asked) <= CAP and max(proposed) <= CAP, (asked, proposed)

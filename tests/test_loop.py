@@ -13,6 +13,7 @@ import torch
 
 from anypair.backends.base import ModelBackend
 from anypair.drafters.base import DraftRequest, Drafter, NoDrafter
+from anypair.generation.batch import run_alone
 from anypair.generation.loop import MAX_EMPTY_ROUNDS, DecodeRequest, DecodeSession
 from anypair.policies import ConstantLength, DraftLengthPolicy, make_policy
 from anypair.tokenization.base import TableTokenizerAdapter
@@ -179,7 +180,7 @@ def run(drafter: Drafter, *, rule: Rule = letters_rule, max_new_tokens: int = 40
     target = ScriptedTarget(rule)
     request = DecodeRequest(list(PROMPT), max_new_tokens, frozenset({EOS}), stop, DraftRequest(list(PROMPT)))
     session = DecodeSession(target, TOKENIZER, drafter, GreedyVerifier(), policy or ConstantLength(4), request)
-    return session.run(), target
+    return run_alone(session), target
 
 
 def check_against_target_alone(result: GenerationResult, target: ScriptedTarget, rule: Rule = letters_rule,
@@ -240,8 +241,8 @@ def test_without_end_of_sequence_ids_the_loop_writes_past_eos_to_the_length():
     rule = eos_at(9)
     target = ScriptedTarget(rule)
     request = DecodeRequest(list(PROMPT), 20, frozenset(), (), DraftRequest(list(PROMPT)))
-    result = DecodeSession(target, TOKENIZER, ScriptedDrafter(right(rule)), GreedyVerifier(), ConstantLength(4),
-                           request).run()
+    result = run_alone(DecodeSession(target, TOKENIZER, ScriptedDrafter(right(rule)), GreedyVerifier(),
+                                     ConstantLength(4), request))
     assert len(result.target_ids) == 20 and result.finish_reason == "length"
     assert result.target_ids[9] == EOS
 

@@ -147,3 +147,41 @@ def test_planning_is_pure():
     assert (first.drafter, first.verifier) == (second.drafter, second.verifier)
     assert first.policy is not second.policy  # a policy has per-request state: each plan gets its own
     assert options == GeneratorOptions(draft_length="constant", num_draft_tokens=3)
+
+
+# -- one declaration of each name ----------------------------------------------------------------------
+
+
+def _choices(parser, command: str, flag: str) -> list:
+    subparsers = next(a for a in parser._actions if a.choices and command in a.choices)
+    return next(a for a in subparsers.choices[command]._actions if flag in a.option_strings).choices
+
+
+def test_drafter_and_policy_names_come_from_their_registries():
+    """The CLI's choices, the options' check and the policy factory read `DRAFTERS` and `POLICIES`:
+    each name is accepted everywhere, builds what it names, and an unknown one is refused naming them."""
+    from anypair.cli import build_parser
+    from anypair.drafters import DRAFTERS
+    from anypair.policies import POLICIES, make_policy
+
+    parser = build_parser()
+    for command in ("generate", "serve", "bench"):
+        assert _choices(parser, command, "--drafter") == list(DRAFTERS)
+        assert _choices(parser, command, "--draft-length") == list(POLICIES)
+    for name in DRAFTERS:
+        assert GeneratorOptions(drafter=name).drafter == name
+    for name in POLICIES:
+        assert make_policy(name).name == name == GeneratorOptions(draft_length=name).draft_length
+    with pytest.raises(InputError, match=", ".join(DRAFTERS)):
+        GeneratorOptions(drafter="oracle")
+    with pytest.raises(InputError, match=", ".join(POLICIES)):
+        GeneratorOptions(draft_length="longest")
+
+
+def test_the_engine_help_names_every_architecture_of_the_gguf_engine():
+    from anypair.backends.quantized_gguf import ARCHITECTURES
+    from anypair.cli import GGUF_ENGINE_RUNS, build_parser
+
+    assert GGUF_ENGINE_RUNS.split(", ") == list(ARCHITECTURES)
+    generate = next(a for a in build_parser()._actions if a.choices and "generate" in a.choices).choices["generate"]
+    assert GGUF_ENGINE_RUNS in " ".join(generate.format_help().split())

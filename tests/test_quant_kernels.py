@@ -413,3 +413,43 @@ def test_every_exported_prototype_has_the_bindings_signature():
             ctype(re.sub(r"\w+(\[\d*\])?$", "", p.strip()) or p) for p in parameters.split(",")]
         declared[name] = (ctype(returns), arguments)
     assert declared == SIGNATURES
+
+
+def test_the_codes_of_kernels_ops_are_the_headers_enums():
+    """Every code the Python side passes or reads (ggml types, interleaved layouts, kernel paths,
+    activations, SIMD levels) is the one csrc declares: the enums of ap_common.h and ap_api.h, and
+    the levels ap_simd_level() returns; a code renumbered on one side only fails here."""
+    import re
+    from pathlib import Path
+
+    from anypair.kernels import ops
+    from anypair.kernels.build import SOURCE_DIR
+
+    source = Path(SOURCE_DIR)
+
+    def enum(header: str, opening: str) -> dict[str, int]:
+        """The AP_* = n entries of the enum `opening` (a regex) of `header`."""
+        body = re.search(opening + r"\s*\{(.*?)\}", (source / header).read_text(), flags=re.S)
+        assert body, f"{header}: no {opening}"
+        without_comments = re.sub(r"//[^\n]*", "", body.group(1))
+        return {name: int(value) for name, value in re.findall(r"\b(AP_\w+)\s*=\s*(\d+)", without_comments)}
+
+    types = enum("ap_common.h", "enum ap_type")
+    ggml_types = {code: name[len("AP_"):] for name, code in types.items() if not name.endswith(("_G16", "_I8"))}
+    assert ggml_types == ops.NATIVE_TYPES
+    interleaved = {types[f"AP_{name}_G16"] - 100: name for name in ops.NATIVE_TYPES.values() if f"AP_{name}_G16" in types}
+    assert set(interleaved) == ops.INTERLEAVED_TYPES
+    assert all(types[f"AP_{name}_G16"] == 100 + code for code, name in interleaved.items())
+    assert types["AP_F32"] == ops._F32
+
+    paths = enum("ap_common.h", "enum ap_path")
+    assert paths == {f"AP_PATH_{name.upper()}": code for name, code in ops._PATH_CODES.items()}
+    activations = enum("ap_api.h", r"enum(?=\s*\{\s*AP_ACT_)")
+    assert activations == {f"AP_ACT_{name.upper()}": code for name, code in ops.ACTIVATIONS.items()}
+
+    # ap_simd_level(): a return per compiled level (AP_AVX512, AP_AVX2, neither)
+    body = re.search(r"int ap_simd_level\(void\)\s*\{(.*?)\n\}", (source / "matmul.c").read_text(), flags=re.S)
+    assert body, "matmul.c: no ap_simd_level()"
+    returned = re.findall(r"return (\d+);", body.group(1))
+    assert [ops.SIMD_LEVELS[int(code)] for code in returned] == ["avx512-vnni", "avx2", "portable"]
+    assert load_library().ap_simd_level() in ops.SIMD_LEVELS

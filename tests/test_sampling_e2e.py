@@ -156,6 +156,7 @@ def sample_requests(gen, cfg: SamplingConfig, n: int, seed: int, assisted: bool 
     drafter and verifier. One drafter serves all requests (AnyPairGenerator builds one per
     request; its set-up is not what is tested and would dominate the time)."""
     from anypair.drafters.base import NoDrafter
+    from anypair.generation.batch import run_alone
     from anypair.generation.loop import DecodeRequest, DecodeSession
     from anypair.policies import make_policy
 
@@ -172,7 +173,7 @@ def sample_requests(gen, cfg: SamplingConfig, n: int, seed: int, assisted: bool 
     for _ in range(n):
         session = DecodeSession(gen.target_backend, gen.target.tokenizer, drafter, verifier,
                                 make_policy("constant", draft_length), request)
-        result = session.run()
+        result = run_alone(session)
         tokens.append(result.target_ids)
         proposed += result.stats.draft_tokens_proposed
         accepted += result.stats.draft_tokens_accepted

@@ -419,8 +419,23 @@ def test_the_server_still_serves_after_the_bad_inputs(client, expected):
 # -- the queue, on a stand-in generator that holds it full ---------------------------------------------
 
 
+class HeldSession:
+    """A request's loop that writes one piece of text, then holds its slot until the test lets go."""
+
+    def __init__(self, release: threading.Event) -> None:
+        self.release = release
+        self.result = None
+
+    def steps(self):
+        from anypair.types import GenerationResult, GenerationStats
+
+        yield "held"
+        assert self.release.wait(60)
+        self.result = GenerationResult("held", [1], GenerationStats(new_tokens=1, prompt_tokens=1), "length")
+
+
 class HeldGenerator:
-    """Streams one piece per request, then holds the generator until the test lets go."""
+    """A generator whose scheduler runs HeldSessions: each request holds the worker until released."""
 
     engines = "held"
     target_backend = SimpleNamespace(max_context=1024)
@@ -428,14 +443,13 @@ class HeldGenerator:
 
     def __init__(self) -> None:
         self.release = threading.Event()
-        self.last_result = None
 
-    def stream(self, prompt=None, *, messages=None, max_new_tokens=16, **sampling):
-        from anypair.types import GenerationResult, GenerationStats
+    def batch_scheduler(self, max_batch: int):
+        from anypair.generation.batch import BatchScheduler
 
-        yield "held"
-        assert self.release.wait(60)
-        self.last_result = GenerationResult("held", [1], GenerationStats(new_tokens=1, prompt_tokens=1), "length")
+        # the sessions never ask for a forward: the engine is never called
+        return BatchScheduler(self.target_backend, max_batch,
+                              lambda slot, arguments: (HeldSession(self.release), lambda finished: None), slope=0.0)
 
 
 def test_a_full_queue_answers_503_with_retry_after_and_health_answers_meanwhile():

@@ -1,6 +1,7 @@
 """The package's shape: no import cycle in anypair/ (every import counts, those inside functions
 too: a cycle deferred into a function is still a cycle), backends/ never reaching up into
-generation/, and every engine the registry declares loadable from its own module under backends/."""
+generation/, every engine the registry declares loadable from its own module under backends/, and
+generation/ and serving/ talking to the engines through declared members only (no capability probing)."""
 from __future__ import annotations
 
 import ast
@@ -105,3 +106,15 @@ def test_every_declared_engine_loads_from_its_own_module_under_backends():
         module, function = engine.loader.split(":")
         assert module.startswith("anypair.backends."), engine
         assert callable(getattr(importlib.import_module(module), function)), engine
+
+
+def test_generation_and_serving_never_probe_what_an_object_can_do():
+    """The engines' slot interface is declared on ModelBackend: the scheduler, the generator and the
+    worker call it, never ask with hasattr/getattr whether an engine has it."""
+    probes = []
+    for folder in ("generation", "serving"):
+        for path in (PACKAGE / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("hasattr", "getattr"):
+                    probes.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.func.id}")
+    assert probes == []

@@ -190,6 +190,13 @@ def vocab_size(vocab_gguf: Path) -> int:
     return next(len(value) for key, value, _, _ in tokenizer_fields(vocab_gguf) if key == "tokenizer.ggml.tokens")
 
 
+def tiny_config(name: str, vocab_gguf: Path, init_std: float = 0.05):
+    """The transformers config of `name`'s tiny model over `vocab_gguf`'s vocabulary (no weights)."""
+    config = TINY[name].config(vocab_size(vocab_gguf))
+    config.initializer_range = init_std
+    return config
+
+
 def build_model(name: str, vocab_gguf: Path, seed: int = 0, init_std: float = 0.05):
     """The tiny transformers model of `name` (fp32, eval mode) over `vocab_gguf`'s vocabulary.
     Weights are drawn wider than a trained init (std 0.05 against 0.02) so its predictions are far
@@ -197,8 +204,7 @@ def build_model(name: str, vocab_gguf: Path, seed: int = 0, init_std: float = 0.
     from transformers import AutoModelForCausalLM
 
     spec = TINY[name]
-    config = spec.config(vocab_size(vocab_gguf))
-    config.initializer_range = init_std
+    config = tiny_config(name, vocab_gguf, init_std)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     with torch.no_grad():  # norms at 1 + noise so the post-norms and q/k norms do something

@@ -33,7 +33,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from anypair.backends.base import ModelBackend
+from anypair.backends.base import ModelBackend, SequenceRows
 from anypair.backends.gguf_file import GGUFFile
 from anypair.backends.member import EngineChoice, LoadOptions, ModelSpec, member_from_backend
 from anypair.errors import InputError
@@ -260,6 +260,10 @@ class QuantizedGGUFBackend(ModelBackend):
     """A GGUF of one of ARCHITECTURES on anypair's batch-invariant kernels, behind extend/crop/reset."""
 
     bitwise_batch_invariant = True
+    #: slots cost memory only for the context they use (the caches' pages are mapped as written)
+    max_slots = None
+    #: a call's rows bound the activations' memory
+    prompt_rows_per_forward = PREFILL_CHUNK
 
     def __init__(self, path: os.PathLike, *, name: str = "gguf", threads: Optional[int] = None,
                  context: Optional[int] = None, slots: int = 1) -> None:
@@ -281,8 +285,8 @@ class QuantizedGGUFBackend(ModelBackend):
         self.output_norm = _float_tensor(tensors["output_norm.weight"])
         if slots < 1:
             raise InputError(f"{name}: slots must be at least 1, got {slots}")
-        #: sequences whose KV state the engine holds at once (continuous batching); the engine itself is slot 0
-        self.slots = slots
+        # sequences whose KV state the engine holds at once (continuous batching); the engine itself is slot 0
+        self._slots = slots
         cache_shape = (slots, shape.kv_heads, self.max_context, shape.head_dim)
         tables: dict[RopeSpec, tuple[torch.Tensor, torch.Tensor]] = {}  # one table per distinct rotary
         for i in range(shape.layers):
@@ -352,7 +356,7 @@ class QuantizedGGUFBackend(ModelBackend):
         for the context it uses; `kv_bytes_per_slot` is its most."""
         if slots < 1:
             raise InputError(f"{self.name}: slots must be at least 1, got {slots}")
-        if slots == self.slots:
+        if slots == self._slots:
             self._lengths = [0] * slots
             return
         shape = (slots, self.shape.kv_heads, self.max_context, self.shape.head_dim)
@@ -361,8 +365,12 @@ class QuantizedGGUFBackend(ModelBackend):
         old = self.stack
         self.stack = self._layer_stack()
         self.stack.profile = old.profile
-        self.slots = slots
+        self._slots = slots
         self._lengths = [0] * slots
+
+    @property
+    def slots(self) -> int:
+        return self._slots
 
     @property
     def kv_bytes_per_slot(self) -> int:
@@ -372,8 +380,7 @@ class QuantizedGGUFBackend(ModelBackend):
 
     def sequence(self, slot: int) -> "GGUFSequence":
         """Slot `slot` as a ModelBackend of its own (extend/crop/reset on that sequence only)."""
-        if not 0 <= slot < self.slots:
-            raise ValueError(f"{self.name}: slot {slot} of {self.slots}")
+        self._check_slot(slot)
         return GGUFSequence(self, slot)
 
     def _crop(self, slot: int, length: int) -> None:
@@ -407,7 +414,7 @@ class QuantizedGGUFBackend(ModelBackend):
     # -- the forward --------------------------------------------------------------------------------
 
     @torch.inference_mode()
-    def forward_rows(self, calls: Sequence["SequenceRows"]) -> list[Optional[torch.Tensor]]:
+    def forward_rows(self, calls: Sequence[SequenceRows]) -> list[Optional[torch.Tensor]]:
         """One forward over the rows of several sequences (at most one call per slot), each appended
         to its own slot's cache: per call the logits it asks for ([len(ids), V] "all", [V] "last", or
         None), bitwise those it gets alone. The caller chunks long prompts (PREFILL_CHUNK rows a
@@ -459,16 +466,6 @@ class QuantizedGGUFBackend(ModelBackend):
 
         return (f"{self.path.name}: {self.shape.architecture}, {'/'.join(self.weight_types)} blocks, "
                 f"{simd_level()} kernels, {self.threads} threads")
-
-
-@dataclass(frozen=True)
-class SequenceRows:
-    """One sequence's part of a shared forward: `ids` appended to slot `slot`, and which logits come
-    back: "all" rows, the "last" row, or "none" (a prefill chunk before the prompt's last)."""
-
-    slot: int
-    ids: Sequence[int]
-    logits: str = "all"
 
 
 class GGUFSequence(ModelBackend):

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Generator, Optional, Sequence
+
+import torch
 
 from anypair.types import DraftBudget, Proposal
 
@@ -51,6 +53,13 @@ class Drafter(ABC):
     def propose(self, budget: DraftBudget) -> Proposal:
         """Propose at most `budget.max_target_tokens` target ids, running at most
         `budget.max_draft_steps` draft steps (the loop never asks with 0 steps)."""
+
+    def propose_steps(self, budget: DraftBudget) -> Generator[DraftCall, torch.Tensor, Proposal]:
+        """`propose`, yielding each draft-model forward it needs for the caller to run (the batch
+        scheduler runs the steps of every request in one forward; send back the last row's logits).
+        A drafter without a model of its own needs none: this one runs `propose`."""
+        return self.propose(budget)
+        yield  # unreachable: it makes this function a generator that yields no call
 
     @abstractmethod
     def commit(self, new_target_ids: Sequence[int]) -> None:

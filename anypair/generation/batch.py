@@ -1,18 +1,23 @@
-"""Continuous batching: several requests share each forward of the target, and each still gets
-exactly the text it gets alone.
+"""The scheduler every request runs through: one request is a batch of one, and several requests
+share each forward of the target (continuous batching), each still getting exactly the text it gets
+alone.
 
+`AnyPairGenerator.generate`, `stream` and `generate_many` and the server's worker all submit their
+requests to a `BatchScheduler` and run its rounds; so does a session made by hand (`run_alone`).
 Each request is a `DecodeSession` whose loop (`DecodeSession.steps`) yields the target calls it
-needs instead of running them; its KV state lives in a slot of its own in the GGUF engines (target
-and draft: `QuantizedGGUFBackend.sequence`). A round of `BatchScheduler.round()`:
+needs instead of running them; its KV state lives in a slot of its own of the engines (the slot
+interface of `backends.base.ModelBackend`: every engine has at least one slot, the GGUF engine as
+many as memory holds). A round of `BatchScheduler.round()`:
 
 1. drops the requests whose client left (their slots free at once) and admits waiting ones into free
    slots (a request joins at the next round, never mid-round);
 2. gathers every active request's rows: its last token and its proposal, or the next chunk of its
    prompt (at most `PREFILL_ROWS` prompt rows a round over all requests, so that a long prompt
-   does not stall those already streaming);
-3. runs ONE forward over all those rows (`QuantizedGGUFBackend.forward_rows`): each row attends to
-   its own slot only, and every row's logits are bitwise those it gets alone (the engine's kernels
-   are batch-invariant per row);
+   does not stall those already streaming; a request alone reads its prompt in pieces of the
+   engine's `prompt_rows_per_forward`);
+3. runs ONE forward over all those rows (`ModelBackend.forward_rows`): each row attends to its own
+   slot only, and every row's logits are bitwise those it gets alone (the GGUF engine's kernels are
+   batch-invariant per row; an engine of one slot only ever runs one request's rows);
 4. hands each request its logits: it verifies, commits, streams its text and drafts its next
    proposal on its own draft slot, each draft step of every request again in one shared forward of
    the draft's engine (the drafts' steps run in lockstep before the target's forward), until it
@@ -27,20 +32,17 @@ undrafted_shared_rounds` counts those rounds).
 """
 from __future__ import annotations
 
-import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generator, Optional, Protocol, Union
+from typing import Any, Callable, Generator, Iterator, Optional, Protocol, Union
 
 import torch
 
+from anypair.backends.base import ModelBackend, SequenceRows
 from anypair.drafters.base import DraftCall
-from anypair.errors import InputError
 from anypair.generation.loop import DecodeSession, Step, TargetCall
 from anypair.types import GenerationResult
-
-logger = logging.getLogger("anypair")
 
 #: prompt rows a round feeds over all prefilling requests (the engine's own prefill chunk): a long
 #: prompt takes several rounds while the others keep streaming
@@ -48,7 +50,12 @@ PREFILL_ROWS = 64
 
 
 class RequestSink(Protocol):
-    """Where a batched request's events go (the server's job, or generate_many's collector)."""
+    """Where a request's events go (the server's job, or a `CollectingSink`). The scheduler logs
+    nothing: a failed request's error goes to its sink, which reports it (the server logs it, a
+    caller in process gets it raised)."""
+
+    def admitted(self) -> None:
+        """The request got a slot: it runs from this round on."""
 
     def text(self, chunk: str) -> None: ...
 
@@ -92,21 +99,21 @@ class _Waiting:
     enqueued_at: float = field(default_factory=time.perf_counter)
 
 
+SessionMaker = Callable[[int, dict[str, Any]], tuple[DecodeSession, Callable[[DecodeSession], None]]]
+
+
 class BatchScheduler:
     """Rounds of one shared target forward over every active request (see the module's docstring).
 
     `make_session(slot, arguments)` builds a request's session on slot `slot` of the engines and a
-    callback for when it ends (the generator's `_batch_session`); `engine` is the target's
-    `QuantizedGGUFBackend` with at least `max_batch` slots; `slope` prices rows (`row_share`)."""
+    callback for when it ends (the generator's `_batch_session`); `engine` is the target's engine,
+    holding at least `max_batch` slots (`AnyPairGenerator.batch_scheduler` checks `max_batch` and
+    gives the engines their slots); `slope` prices rows (`row_share`); `draft_engine` runs the
+    `DraftCall`s of the sessions that yield them (None: no session does)."""
 
-    def __init__(self, engine: Any, max_batch: int,
-                 make_session: Callable[[int, dict[str, Any]], tuple[DecodeSession, Callable[[DecodeSession], None]]],
-                 slope: float, draft_engine: Any = None) -> None:
-        if max_batch < 1 or max_batch > engine.slots:
-            raise InputError(f"max_batch must be from 1 to the engine's {engine.slots} slots, got {max_batch}")
+    def __init__(self, engine: ModelBackend, max_batch: int, make_session: SessionMaker, slope: float,
+                 draft_engine: Optional[ModelBackend] = None) -> None:
         self.engine = engine
-        # the draft's GGUF engine: the draft steps of every request share its forwards too (None: each
-        # session's drafter runs its own)
         self.draft_engine = draft_engine
         self.max_batch = max_batch
         self.make_session = make_session
@@ -144,7 +151,6 @@ class BatchScheduler:
         try:
             outputs = self.engine.forward_rows(calls)
         except Exception as exc:  # a bug or a broken engine: no request of the round can go on
-            logger.exception("anypair: a shared forward failed; ending its %d requests", len(feeds))
             for active, _ in feeds:
                 self._end(active, exc)
             return
@@ -160,15 +166,13 @@ class BatchScheduler:
 
     def _draft_round(self) -> None:
         """One shared draft forward: the next draft step of every request drafting now."""
-        from anypair.backends.quantized_gguf import SequenceRows
-
         drafting = [a for a in self.active if isinstance(a.call, DraftCall)]
+        assert self.draft_engine is not None, "a session yielded a DraftCall to a scheduler without a draft engine"
         calls = [SequenceRows(a.slot, a.call.ids, "last") for a in drafting]
         started = time.perf_counter()
         try:
             outputs = self.draft_engine.forward_rows(calls)
         except Exception as exc:
-            logger.exception("anypair: a shared draft forward failed; ending its %d requests", len(drafting))
             for active in drafting:
                 self._end(active, exc)
             return
@@ -177,12 +181,21 @@ class BatchScheduler:
             active.call.charged_seconds = share
             self._advance(active, logits)
 
-    def _gather(self):
-        """Each active request's rows of this round (a prefill gets what remains of PREFILL_ROWS)."""
-        from anypair.backends.quantized_gguf import SequenceRows
+    def _prompt_rows(self) -> Optional[int]:
+        """Prompt rows this round reads over all requests (None: no bound). Beside other requests in
+        the forward, PREFILL_ROWS, so that a long prompt does not stall those already streaming;
+        alone, the engine's own piece (a one-slot engine, always alone, reads a whole prompt in one
+        call as `prefill` does, and chunks it inside: its numerics may depend on the chunks)."""
+        own = self.engine.prompt_rows_per_forward
+        if len(self.active) > 1:
+            return PREFILL_ROWS if own is None else min(PREFILL_ROWS, own)
+        return own
 
-        calls, feeds = [], []
-        prefill_rows = PREFILL_ROWS
+    def _gather(self) -> tuple[list[SequenceRows], list[tuple[_Active, bool]]]:
+        """Each active request's rows of this round (a prefill gets what remains of `_prompt_rows`)."""
+        calls: list[SequenceRows] = []
+        feeds: list[tuple[_Active, bool]] = []
+        prefill_rows = self._prompt_rows()
         for active in self.active:
             call = active.call
             assert call is not None
@@ -192,11 +205,13 @@ class BatchScheduler:
                 continue
             if prefill_rows == 0:
                 continue
-            piece = call.ids[active.prefilled:active.prefilled + prefill_rows]
+            end = len(call.ids) if prefill_rows is None else active.prefilled + prefill_rows
+            piece = call.ids[active.prefilled:end]
             if active.prefilled == 0:
                 self.engine.sequence(active.slot).reset()
             active.prefilled += len(piece)
-            prefill_rows -= len(piece)
+            if prefill_rows is not None:
+                prefill_rows -= len(piece)
             done = active.prefilled == len(call.ids)
             calls.append(SequenceRows(active.slot, piece, "last" if done else "none"))
             feeds.append((active, done))
@@ -219,8 +234,6 @@ class BatchScheduler:
         except StopIteration:
             self._end(active, None, finished=True)
         except Exception as exc:
-            if not isinstance(exc, InputError):
-                logger.exception("anypair: a batched request failed")
             self._end(active, exc)
 
     def _end(self, active: _Active, error: Optional[Exception], finished: bool = False) -> None:
@@ -250,13 +263,67 @@ class BatchScheduler:
             try:
                 session, on_finish = self.make_session(slot, waiting.arguments)
             except Exception as exc:  # a bad request: refused alone (InputError), the others go on
-                if not isinstance(exc, InputError):
-                    logger.exception("anypair: could not start a batched request")
                 waiting.sink.failed(exc)
                 free.insert(0, slot)
                 continue
             active = _Active(slot, session, session.steps(), waiting.sink, on_finish)
             self.active.append(active)
+            waiting.sink.admitted()
             self._advance(active, None)  # up to its prefill call
             if active not in self.active:  # it ended at once
                 free.insert(0, slot)
+
+
+class CollectingSink:
+    """A RequestSink that keeps what comes: the text not yet taken, the result, or the error."""
+
+    def __init__(self) -> None:
+        self.chunks: deque[str] = deque()
+        self.result: Optional[GenerationResult] = None
+        self.error: Optional[Exception] = None
+
+    def admitted(self) -> None:
+        pass
+
+    def text(self, chunk: str) -> None:
+        self.chunks.append(chunk)
+
+    def finished(self, result: GenerationResult) -> None:
+        self.result = result
+
+    def failed(self, error: Exception) -> None:
+        self.error = error
+
+    def cancelled(self) -> bool:
+        return False
+
+    def dropped(self) -> None:
+        pass
+
+
+def run_rounds(scheduler: BatchScheduler, streamed: Optional[CollectingSink] = None) -> Iterator[str]:
+    """Rounds until every submitted request has ended, yielding `streamed`'s text as each round
+    verifies it; the scheduler is closed at the end, or when the caller stops reading (its requests
+    then end where they are). A request's error is its sink's to raise."""
+    try:
+        while scheduler.busy:
+            scheduler.round()
+            while streamed is not None and streamed.chunks:
+                yield streamed.chunks.popleft()
+    finally:
+        scheduler.close()
+
+
+def run_alone(session: DecodeSession) -> GenerationResult:
+    """A session made by hand (not by a generator), run to its end as a batch of one on its own
+    target; its result."""
+    scheduler = BatchScheduler(session.target, 1, lambda slot, arguments: (session, lambda finished: None),
+                               slope=0.0)
+    sink = CollectingSink()
+    scheduler.submit({}, sink)
+    for _ in run_rounds(scheduler):
+        pass
+    if sink.error is not None:
+        raise sink.error
+    assert sink.result is not None
+    return sink.result

@@ -25,13 +25,14 @@ def check_options(num_draft_tokens: Optional[int], confidence_threshold: Optiona
                          "(0: the draft reads the whole prompt)")
 
 
-DRAFTERS = ("model", "lookup", "hybrid")
-DRAFT_LENGTHS = ("adaptive", "heuristic", "constant")
 SAMPLED_DRAFTS = ("greedy", "intersection")
 
 
 def check_choices(drafter: object, draft_length: object, sampled_drafts: object) -> None:
     """The generator's named options (a Drafter or a DraftLengthPolicy instance passes as itself)."""
+    from anypair.drafters import DRAFTERS
+    from anypair.policies import POLICIES as DRAFT_LENGTHS
+
     if isinstance(drafter, str) and drafter not in DRAFTERS:
         raise InputError(f"unknown drafter {drafter!r}: use one of {', '.join(DRAFTERS)} or a Drafter instance")
     if isinstance(draft_length, str) and draft_length not in DRAFT_LENGTHS:

@@ -1,6 +1,8 @@
 """AnyPairGenerator: the front door. Its options are checked once (`GeneratorOptions`) before the
 pair loads; each request is checked (`GenerationRequest`), planned by the pure `plan_request`
-(drafter, verifier, policy), and run as a `DecodeSession`.
+(drafter, verifier, policy), and run as a `DecodeSession` through the batch scheduler
+(`generation.batch`): `generate` and `stream` as a batch of one, `generate_many` and the server's
+worker with up to `max_batch` requests sharing each forward.
 
     gen = AnyPairGenerator("Qwen/Qwen2.5-Coder-1.5B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct")
     result = gen.generate("def fib(n):", max_new_tokens=64)
@@ -15,9 +17,10 @@ from typing import Callable, Iterator, Optional, Sequence, Union
 
 import torch
 
+from anypair.drafters import uses_draft_model
 from anypair.drafters.base import DraftRequest, Drafter, NoDrafter
 from anypair.errors import InputError
-from anypair.generation.batch import BatchScheduler
+from anypair.generation.batch import BatchScheduler, CollectingSink, run_rounds
 from anypair.generation.loop import DecodeRequest, DecodeSession
 from anypair.generation.options import (
     DEFAULT_DRAFT_WINDOW,
@@ -154,7 +157,9 @@ class AnyPairGenerator:
         self.last_result: Optional[GenerationResult] = None
         # the request that owns the models' KV caches and the drafter now (None: free); see _claim
         self._open_request: Optional[str] = None
-        self._greedy_drafter: Optional[Drafter] = None  # a greedy drafter holds no state past `start`
+        # a greedy model drafter per slot of the draft's engine, kept across requests: it holds no
+        # state past `start`, and building one (its translator) costs more than a short request
+        self._greedy_drafters: dict[int, Drafter] = {}
         self._same_vocabulary: Optional[bool] = None
         # whether drafting paid on recent requests, per (drafter kind, sampling): see _ledger
         self._ledgers: dict[tuple[str, bool], DraftingLedger] = {}
@@ -178,17 +183,14 @@ class AnyPairGenerator:
             self._same_vocabulary = same_vocabulary(self.target.tokenizer, self.draft.tokenizer)
         return self._same_vocabulary
 
-    def _model_drafter(self, sampling: SamplingConfig, noise: Optional[PositionNoise],
-                       slot: Optional[int] = None) -> Drafter:
+    def _model_drafter(self, sampling: SamplingConfig, noise: Optional[PositionNoise], slot: int = 0) -> Drafter:
+        """A model drafter on slot `slot` of the draft's engine (a request's own slot in a batch)."""
         from anypair.drafters.model import ModelDrafter
 
         assert self.draft is not None and self.draft_backend is not None  # plan_request's "model" needs one
-        if slot is not None:  # a batched request: its own drafter, on its own slot of the draft engine
-            backend = self.draft_backend.sequence(slot)
-        elif not sampling.do_sample and self._greedy_drafter is not None:
-            return self._greedy_drafter
-        else:
-            backend = self.draft_backend
+        if not sampling.do_sample and slot in self._greedy_drafters:
+            return self._greedy_drafters[slot]
+        backend = self.draft_backend.sequence(slot)
 
         def render(request: DraftRequest) -> list[int]:
             return self._draft_prompt_ids(request.prompt, request.messages, request.target_prompt_ids)
@@ -199,8 +201,8 @@ class AnyPairGenerator:
                                sampling=sampling, noise=noise,
                                intersection_sampling=self.options.sampled_drafts == "intersection",
                                prompt_window=self.draft_window)
-        if not sampling.do_sample and slot is None:
-            self._greedy_drafter = drafter
+        if not sampling.do_sample:
+            self._greedy_drafters[slot] = drafter
         return drafter
 
     @property
@@ -228,7 +230,7 @@ class AnyPairGenerator:
         return self.draft.render(rendered, None)
 
     def _drafter(self, kind: DrafterKind, sampling: SamplingConfig, noise: Optional[PositionNoise],
-                 slot: Optional[int] = None) -> Drafter:
+                 slot: int) -> Drafter:
         if kind == "none":
             return NoDrafter()
         if kind == "given":
@@ -309,9 +311,8 @@ class AnyPairGenerator:
             return None
         return self._ledgers.setdefault((plan.drafter, request.sampling.do_sample), DraftingLedger())
 
-    def _session(self, request: GenerationRequest,
-                 slot: Optional[int] = None) -> tuple[DecodeSession, Optional[_LedgerEntry]]:
-        """The request's session on the engines' own state, or (`slot`) on that slot of a batch."""
+    def _session(self, request: GenerationRequest, slot: int) -> tuple[DecodeSession, Optional[_LedgerEntry]]:
+        """The request's session on slot `slot` of the engines."""
         plan = self.plan(request)
         target_ids = self.target.render(request.prompt, request.messages)
         if not target_ids:
@@ -336,9 +337,11 @@ class AnyPairGenerator:
         eos_ids = frozenset() if request.ignore_eos else self.target.eos_ids
         decode_request = DecodeRequest(target_ids, request.max_new_tokens, eos_ids, request.stop_strings, draft_request,
                                        drafting_skipped=decision.skip_note())
-        target = self.target_backend if slot is None else self.target_backend.sequence(slot)
-        session = DecodeSession(target, self.target.tokenizer, drafter,
+        session = DecodeSession(self.target_backend.sequence(slot), self.target.tokenizer, drafter,
                                 self._verifier(plan.verifier, sampling, noise), plan.policy, decode_request)
+        # the draft model's steps go to the scheduler, which runs every request's in one forward of the
+        # draft's engine (a hybrid drafter runs its model's steps itself, on the same slot)
+        session.yields_draft_calls = plan.drafter == "model" and decision.draft
         entry = _LedgerEntry(ledger, decision) if ledger is not None and decision.draft else None
         return session, entry
 
@@ -372,13 +375,12 @@ class AnyPairGenerator:
                  seed: Optional[int] = None, assisted: bool = True, ignore_eos: bool = False) -> GenerationResult:
         """Generate up to `max_new_tokens` target tokens (exactly that many with `ignore_eos=True`, unless a
         stop string ends it); returns text, target ids and statistics."""
-        with self._claim("a generate() call"):
-            session, ledger_entry = self._session(GenerationRequest.of(
-                prompt, messages=messages, max_new_tokens=max_new_tokens, stop=stop, do_sample=do_sample,
+        for _ in self._one_request("a generate() call", dict(
+                prompt=prompt, messages=messages, max_new_tokens=max_new_tokens, stop=stop, do_sample=do_sample,
                 temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, assisted=assisted,
-                ignore_eos=ignore_eos))
-            self.last_result = session.run()
-            self._settle(ledger_entry, session)
+                ignore_eos=ignore_eos)):
+            pass
+        assert self.last_result is not None
         return self.last_result
 
     def stream(self, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
@@ -389,60 +391,63 @@ class AnyPairGenerator:
 
         From its first chunk until it is exhausted, closed (`.close()`) or dropped, the stream owns
         this generator: another request meanwhile raises InputError instead of corrupting it."""
-        with self._claim("an open stream"):
-            session, ledger_entry = self._session(GenerationRequest.of(
-                prompt, messages=messages, max_new_tokens=max_new_tokens, stop=stop, do_sample=do_sample,
-                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, assisted=assisted,
-                ignore_eos=ignore_eos))
-            yield from session
-            self.last_result = session.result
-            self._settle(ledger_entry, session)
+        yield from self._one_request("an open stream", dict(
+            prompt=prompt, messages=messages, max_new_tokens=max_new_tokens, stop=stop, do_sample=do_sample,
+            temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, assisted=assisted, ignore_eos=ignore_eos))
 
-    # -- several requests at once (continuous batching, generation.batch) -------------------------
+    def _one_request(self, what: str, arguments: dict) -> Iterator[str]:
+        """A request (stream()'s `arguments`) as a batch of one, its text as it is verified;
+        `last_result` at the end. `what` names the caller in the claim's error."""
+        with self._claim(what):
+            scheduler = self.batch_scheduler(1)  # a batch of one: the one path every request takes
+            sink = CollectingSink()
+            scheduler.submit(arguments, sink)
+            yield from run_rounds(scheduler, sink)
+            if sink.error is not None:
+                raise sink.error
+            self.last_result = sink.result
+
+    # -- the scheduler (generation.batch): one request, or several sharing each forward ------------
     def batching_unavailable(self) -> Optional[str]:
-        """Why requests cannot share the target's forward here (None: they can). Batching needs the
-        GGUF engine (its sequences in slots) for the target, and for a draft model too."""
-        if not hasattr(self.target_backend, "forward_rows"):
-            return f"the target runs on {self.target.engine.engine}, not the gguf engine"
-        if self.draft_backend is not None and not hasattr(self.draft_backend, "sequence") \
-                and self.options.drafter in ("model", "hybrid"):
-            return f"the draft runs on {self.draft.engine.engine}, not the gguf engine"
+        """Why requests cannot share the target's forward here (None: they can). Batching needs
+        engines that hold several sequences (the gguf engine): the target's, and the draft's for a
+        draft model."""
+        if self.target_backend.max_slots == 1:
+            return f"the target runs on {self.target.engine.engine}, which holds one sequence (not the gguf engine)"
+        if self.draft is not None and self.draft.backend.max_slots == 1 and uses_draft_model(self.options.drafter):
+            return f"the draft runs on {self.draft.engine.engine}, which holds one sequence (not the gguf engine)"
         if isinstance(self.options.drafter, Drafter) or isinstance(self.options.draft_length, DraftLengthPolicy):
             return "a Drafter or DraftLengthPolicy instance holds one request's state"
         return None
 
     def kv_bytes_per_slot(self) -> int:
         """The most a batched request's KV caches take (target and draft, at their full context)."""
-        return sum(getattr(b, "kv_bytes_per_slot", 0) for b in (self.target_backend, self.draft_backend) if b)
+        return sum(member.backend.kv_bytes_per_slot for member in (self.target, self.draft) if member is not None)
 
     def batch_scheduler(self, max_batch: int) -> BatchScheduler:
-        """A scheduler of up to `max_batch` concurrent requests on this generator's models (their
-        engines are given that many slots: what they held is forgotten). The caller owns the
-        generator while it runs rounds (`anypair serve`'s worker; `generate_many`)."""
-        from anypair.generation.batch import BatchScheduler
-
-        why_not = self.batching_unavailable()
-        if why_not is not None and max_batch > 1:
-            raise InputError(f"cannot batch requests: {why_not}: use max_batch=1 (one request at a time)")
+        """A scheduler of up to `max_batch` concurrent requests on this generator's models: the one
+        place `max_batch` is checked. Engines holding fewer slots are given that many (what they
+        held is forgotten). The caller owns the generator while it runs rounds (`anypair serve`'s
+        worker; `generate`, `stream` and `generate_many`)."""
+        if max_batch < 1:
+            raise InputError(f"max_batch (--max-batch) must be at least 1 (requests that share each forward), "
+                             f"got {max_batch}")
+        why_not = self.batching_unavailable() if max_batch > 1 else None
         if why_not is not None:
-            return BatchScheduler(_OneSlot(self.target_backend), 1, self._batch_session, self._verify_slope())
-        for backend in (self.target_backend, self.draft_backend):
-            if backend is not None and hasattr(backend, "set_slots") and backend.slots < max_batch:
+            raise InputError(f"cannot batch {max_batch} requests: {why_not}: use max_batch 1 (--max-batch 1, "
+                             "one request at a time)")
+        # the draft's engine holds the requests' draft states only where the drafter runs the draft model
+        drafting = [self.draft_backend] if self.draft_backend is not None and uses_draft_model(self.options.drafter) \
+            else []
+        for backend in [self.target_backend, *drafting]:
+            if backend.slots < max_batch:
                 backend.set_slots(max_batch)
-        self._greedy_drafter = None  # its draft state was in the caches just replaced
-        draft_engine = self.draft_backend if hasattr(self.draft_backend, "forward_rows") else None
         return BatchScheduler(self.target_backend, max_batch, self._batch_session, self._verify_slope(),
-                              draft_engine=draft_engine)
+                              draft_engine=self.draft_backend)
 
     def _batch_session(self, slot: int, arguments: dict) -> tuple[DecodeSession, Callable[[DecodeSession], None]]:
-        """A batched request's session on slot `slot` (`arguments` are stream()'s), and what to do when it ends."""
-        single = not hasattr(self.target_backend, "sequence")  # _OneSlot: the engine's own state
-        from anypair.drafters.model import ModelDrafter
-
-        session, entry = self._session(GenerationRequest.of(**arguments), None if single else slot)
-        # the draft model's steps go to the scheduler, which runs every request's in one forward
-        session.yields_draft_calls = (not single and isinstance(session.drafter, ModelDrafter)
-                                      and hasattr(self.draft_backend, "forward_rows"))
+        """A request's session on slot `slot` (`arguments` are stream()'s), and what to do when it ends."""
+        session, entry = self._session(GenerationRequest.of(**arguments), slot)
         return session, lambda finished: self._settle(entry, finished)
 
     def generate_many(self, prompts: Optional[Sequence[str]] = None, *,
@@ -470,57 +475,12 @@ class AnyPairGenerator:
             GenerationRequest.of(**arguments)
         with self._claim("a generate_many() call"):
             scheduler = self.batch_scheduler(min(max_batch, max(1, len(requests))))
-            sinks = [_Collector() for _ in requests]
+            sinks = [CollectingSink() for _ in requests]
             for arguments, sink in zip(requests, sinks):
                 scheduler.submit(arguments, sink)
-            try:
-                while scheduler.busy:
-                    scheduler.round()
-            finally:
-                scheduler.close()
+            for _ in run_rounds(scheduler):
+                pass
         for sink in sinks:
             if sink.error is not None:
                 raise sink.error
         return [sink.result for sink in sinks]
-
-
-class _Collector:
-    """generate_many's RequestSink: keeps the result (or the error)."""
-
-    def __init__(self) -> None:
-        self.result: Optional[GenerationResult] = None
-        self.error: Optional[Exception] = None
-
-    def text(self, chunk: str) -> None:
-        pass
-
-    def finished(self, result: GenerationResult) -> None:
-        self.result = result
-
-    def failed(self, error: Exception) -> None:
-        self.error = error
-
-    def cancelled(self) -> bool:
-        return False
-
-    def dropped(self) -> None:
-        pass
-
-
-class _OneSlot:
-    """An engine without slots as a scheduler's engine of one: its one sequence, one call a round."""
-
-    slots = 1
-
-    def __init__(self, backend) -> None:
-        self.backend = backend
-
-    def sequence(self, slot: int):
-        return self.backend
-
-    def forward_rows(self, calls):
-        (call,) = calls
-        if call.logits == "none":
-            self.backend.extend(call.ids)
-            return [None]
-        return [self.backend.extend(call.ids, all_logits=call.logits == "all")]

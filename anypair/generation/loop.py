@@ -9,16 +9,17 @@ target's vocabulary, or keeps proposing nothing, the loop goes on with the targe
 output is the same, only slower) and the statistics say why.
 
 The loop itself (`DecodeSession.steps`) never calls the target's forward: it yields a `TargetCall`
-and is sent the logits back. Iterating a session runs each call at once on its own backend (one
-request); the batch scheduler (`generation.batch`) gathers the calls of every active session into
-one shared forward. Both are the same code path, so a request's text is the same either way.
+(and, for a drafter on a slot of the draft's engine, each `DraftCall`) and is sent the logits back.
+The batch scheduler (`generation.batch`) runs every session, alone or beside others: it gathers the
+calls of every active session into one shared forward. There is no other path, so a request's text
+is the same alone or in company.
 """
 from __future__ import annotations
 
 import logging
 import time
 from dataclasses import dataclass
-from typing import Generator, Iterator, Optional, Sequence, Union
+from typing import Generator, Optional, Sequence, Union
 
 import torch
 
@@ -69,16 +70,9 @@ class TargetCall:
 Step = Union[TargetCall, DraftCall, str]
 
 
-def run_call(target: ModelBackend, call: TargetCall) -> torch.Tensor:
-    """Run one TargetCall on `target` alone; `charged_seconds` is its time."""
-    started = time.perf_counter()
-    logits = target.prefill(call.ids) if call.prefill else target.extend(call.ids, all_logits=call.all_logits)
-    call.charged_seconds = time.perf_counter() - started
-    return logits
-
-
 class DecodeSession:
-    """One request. Iterate it to receive text chunks as tokens are verified; `result` afterwards."""
+    """One request's loop (`steps`), run by the batch scheduler (`generation.batch`; a session made
+    by hand: `run_alone`); `result` afterwards."""
 
     def __init__(self, target: ModelBackend, target_tok: TokenizerAdapter, drafter: Drafter,
                  verifier: Verifier, policy: DraftLengthPolicy, request: DecodeRequest) -> None:
@@ -98,8 +92,9 @@ class DecodeSession:
         self.result: Optional[GenerationResult] = None
         # padded LM-head rows are not tokens: the target never chooses them, with or without a draft
         self._n_real = min(target_tok.vocab_size, target.vocab_size)
-        #: the drafter's forwards are yielded as DraftCalls (`steps`), for a batch to share them; the
-        #: drafter must have `propose_steps` (ModelDrafter). False: it runs them itself
+        #: the drafter's forwards are yielded as DraftCalls (`steps`) for the scheduler to run on the
+        #: draft's engine, in one forward with the other requests' (the generator sets it for a
+        #: ModelDrafter it made on a slot of that engine). False: the drafter runs them itself
         self.yields_draft_calls = False
 
     # -- helpers ------------------------------------------------------------------------------
@@ -175,28 +170,6 @@ class DecodeSession:
             stats.accepted_by_source[source] = stats.accepted_by_source.get(source, 0) + outcome.n_accepted
 
     # -- the loop -----------------------------------------------------------------------------
-    def __iter__(self) -> Iterator[str]:
-        """The request alone: each forward runs at once on the session's target."""
-        steps = self.steps()
-        reply: Optional[torch.Tensor] = None
-        try:
-            while True:
-                try:
-                    step = steps.send(reply)
-                except StopIteration:
-                    return
-                if isinstance(step, TargetCall):
-                    reply = run_call(self.target, step)
-                elif isinstance(step, DraftCall):  # yields_draft_calls on a session run alone
-                    started = time.perf_counter()
-                    reply = self.drafter.backend.extend(step.ids)
-                    step.charged_seconds = time.perf_counter() - started
-                else:
-                    reply = None
-                    yield step
-        finally:
-            steps.close()
-
     def steps(self) -> Generator[Step, Optional[torch.Tensor], None]:
         """The loop, step by step: yields each `TargetCall` (send its logits back) and each piece of
         verified text (send None); `result` is set when it ends."""
@@ -274,9 +247,3 @@ class DecodeSession:
         stats.new_tokens = len(self.generated)
         stats.total_time_s = time.perf_counter() - started
         self.result = GenerationResult(self.text.text, list(self.generated), stats, self.finish_reason)
-
-    def run(self) -> GenerationResult:
-        for _ in self:
-            pass
-        assert self.result is not None
-        return self.result

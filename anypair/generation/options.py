@@ -19,6 +19,7 @@ from typing import Literal, Optional, Sequence, Union
 
 import torch
 
+from anypair.drafters import uses_draft_model
 from anypair.drafters.base import Drafter
 from anypair.errors import InputError
 from anypair.generation.checks import check_choices, check_member_options, check_options, check_request
@@ -29,7 +30,8 @@ from anypair.types import SamplingConfig
 #: estimated cost, policies.draft_prompt_window: 256 for SmolLM2-135M). See drafters.model.
 DEFAULT_DRAFT_WINDOW: Optional[int] = None
 
-DrafterKind = Literal["none", "model", "lookup", "hybrid", "given"]
+#: a name of `drafters.DRAFTERS`, or "none" (the target alone) or "given" (the options' Drafter instance)
+DrafterKind = str
 VerifierKind = Literal["greedy", "sampling"]
 
 
@@ -142,7 +144,7 @@ class RequestPlan:
 
     @property
     def drafts_with_model(self) -> bool:
-        return self.drafter in ("model", "hybrid")
+        return uses_draft_model(self.drafter)
 
 
 def plan_request(options: GeneratorOptions, request: GenerationRequest, pair: PairFacts) -> RequestPlan:
@@ -159,7 +161,7 @@ def plan_request(options: GeneratorOptions, request: GenerationRequest, pair: Pa
     elif options.drafter == "model" and not pair.has_draft_model:
         drafter = "none"  # AnyPairGenerator(target) alone: the documented way to run the target by itself
     else:
-        drafter = options.drafter  # type: ignore[assignment]  (checked against DRAFTERS at construction)
+        drafter = options.drafter  # checked against DRAFTERS at construction
     policy = make_policy(options.draft_length, options.num_draft_tokens)
     verifier: VerifierKind = "sampling" if request.sampling.do_sample else "greedy"
     return RequestPlan(drafter, verifier, policy)

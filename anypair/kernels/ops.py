@@ -39,10 +39,14 @@ def _path_code(path: KernelPath, use_reference: bool) -> int:
     return _PATH_CODES["reference" if use_reference else path]
 
 
+#: what csrc/matmul.c's ap_simd_level() returns, by name
+SIMD_LEVELS = {3: "avx512-vnni", 2: "avx2", 0: "portable"}
+
+
 def simd_level() -> str:
     """Which path the compiled kernels run: "avx512-vnni" (the K-quants; AVX2 for the other types),
     "avx2" or "portable"."""
-    return {3: "avx512-vnni", 2: "avx2"}.get(load_library().ap_simd_level(), "portable")
+    return SIMD_LEVELS[load_library().ap_simd_level()]
 
 
 @dataclass

@@ -12,12 +12,13 @@ Across requests, `ledger.DraftingLedger` remembers whether drafting paid on a ge
 requests; while it has not, the generator runs requests with the target alone (exploring now and then).
 
 Parts: `costs` (the CostModel interface: `TimedCosts`, `FixedCosts`), `acceptance`
-(`AcceptanceEstimate`), `probes` (`ProbeSchedule`). `make_policy` builds one from a name and
-`num_draft_tokens`.
+(`AcceptanceEstimate`), `probes` (`ProbeSchedule`). `POLICIES` is the one list of the policies'
+names (the CLI's --draft-length, the options' check and `make_policy` read it); `make_policy`
+builds one from a name and `num_draft_tokens`.
 """
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 from anypair.policies.acceptance import AcceptanceEstimate
 from anypair.policies.adaptive import AdaptiveLength
@@ -39,28 +40,34 @@ from anypair.policies.ledger import DraftingLedger, LedgerDecision, RequestOutco
 from anypair.policies.probes import ProbeSchedule
 from anypair.types import RoundFeedback
 
+#: a fixed length's default, and the heuristic's start, when num_draft_tokens is not given
+DEFAULT_DRAFT_TOKENS = 5
+
+#: the draft-length policies by name, the default first: each builds its policy from
+#: `num_draft_tokens` (None: its default): the constant's length, the heuristic's start, or the
+#: adaptive policy's cap (where it also starts)
+POLICIES: dict[str, Callable[[Optional[int]], DraftLengthPolicy]] = {
+    "adaptive": lambda k: AdaptiveLength() if k is None else AdaptiveLength(start=k, maximum=k),
+    "heuristic": lambda k: HeuristicLength(start=DEFAULT_DRAFT_TOKENS if k is None else k),
+    "constant": lambda k: ConstantLength(DEFAULT_DRAFT_TOKENS if k is None else k),
+}
+
+
 def make_policy(spec: Union[str, DraftLengthPolicy], num_draft_tokens: Optional[int] = None) -> DraftLengthPolicy:
-    """A policy by name. `num_draft_tokens` is the constant's length, the heuristic's start, or the
-    adaptive policy's cap (where it also starts). A policy instance is returned as it is (e.g.
+    """A policy by name (`POLICIES`). A policy instance is returned as it is (e.g.
     `AdaptiveLength(fixed_costs=...)`, rounds priced without timings)."""
     if isinstance(spec, DraftLengthPolicy):
         return spec
-    if spec == "constant":
-        return ConstantLength(5 if num_draft_tokens is None else num_draft_tokens)
-    if spec == "heuristic":
-        return HeuristicLength(start=5 if num_draft_tokens is None else num_draft_tokens)
-    if spec == "adaptive":
-        if num_draft_tokens is None:
-            return AdaptiveLength()
-        return AdaptiveLength(start=num_draft_tokens, maximum=num_draft_tokens)
-    raise ValueError(f"unknown draft-length policy {spec!r}: use 'constant', 'heuristic', 'adaptive' "
-                     "or a DraftLengthPolicy")
+    if spec not in POLICIES:
+        raise ValueError(f"unknown draft-length policy {spec!r}: use one of {', '.join(POLICIES)} "
+                         "or a DraftLengthPolicy")
+    return POLICIES[spec](num_draft_tokens)
 
 
 __all__ = [
     "AcceptanceEstimate", "AdaptiveLength", "ConfidenceCalibration", "ConfidenceStopLength", "ConstantLength",
     "CostModel", "DraftingLedger", "DraftLengthPolicy", "ExpectedRateLength", "FixedCosts", "HeuristicLength",
-    "LedgerDecision", "LinearCost",
+    "LedgerDecision", "LinearCost", "POLICIES",
     "ProbeSchedule", "RequestOutcome", "RoundFeedback", "StepCosts", "TimedCosts", "best_length",
     "draft_prompt_window", "estimated_step_costs", "make_policy", "target_step_estimate",
 ]

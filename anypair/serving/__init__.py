@@ -3,7 +3,8 @@
 - `schemas`: the request bodies (pydantic models, validated by FastAPI) and the response bodies.
 - `errors`: OpenAI-style error objects, `{"error": {"message", "type", "param", "code"}}`, for every
   failure a request can meet (bad JSON, bad fields, a full queue, the generator's own InputError).
-- `worker`: the one thread that runs the generator, fed by a bounded first-in-first-out queue.
+- `worker`: the one thread that runs the generator's scheduler (up to `max_batch` requests sharing each
+  forward), fed by a bounded first-in-first-out queue.
 - `app`: the FastAPI application (`create_app(generator, ServeSettings(...))`).
 - `server`: uvicorn on a socket bound beforehand, in the foreground (`anypair serve`) or in a thread.
 

@@ -1,19 +1,16 @@
-"""One generator, one thread, requests in arrival order.
+"""One generator, one worker thread running the batch scheduler's rounds, requests in arrival order.
 
 On a small CPU a second model copy would only halve the speed of both, so the server runs every
 request on one worker thread, off the event loop (which keeps answering /health and accepting
-requests), from a bounded first-in-first-out queue: a request that finds it full is refused at once
-(503 with Retry-After) rather than left waiting without end.
+requests). The thread owns the generator's scheduler (`generation.batch`, made once with the
+server's `max_batch`): each round it moves waiting requests into free slots, and one target forward
+scores every running request's rows; each request's text is exactly the one it gets alone. With
+`max_batch` 1 (an engine of one slot), that is one request at a time, each run to its end.
 
-With `max_batch` > 1 (the GGUF engine), up to that many requests run at once by continuous batching
-(`generation.batch`): each round the worker admits waiting requests into free slots, and one target
-forward scores every running request's rows; each request's text is exactly the one it gets alone.
-With `max_batch` 1 (or another engine), one request at a time, each streamed to its end.
-
-The worker streams every request (`generator.stream`), and passes each verified piece of text to
-the request's handler on the event loop. A handler whose client went away cancels its job: a
-waiting job is skipped, a running one is closed after its next piece of text, which releases the
-generator for the next request.
+Requests wait for a slot in a bounded first-in-first-out queue: one that finds it full is refused at
+once (503 with Retry-After) rather than left waiting without end. Each verified piece of text goes to
+the request's handler on the event loop. A handler whose client went away cancels its job: a waiting
+job is skipped, a running one ends after its next piece of text, and its slot is free for the next.
 """
 from __future__ import annotations
 
@@ -24,10 +21,13 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional, Protocol, Union
+from typing import TYPE_CHECKING, Any, Optional, Protocol, Union
 
 from anypair.errors import InputError
 from anypair.types import GenerationResult
+
+if TYPE_CHECKING:
+    from anypair.generation.batch import BatchScheduler
 
 logger = logging.getLogger("anypair.serving")
 
@@ -35,12 +35,11 @@ logger = logging.getLogger("anypair.serving")
 class ServedGenerator(Protocol):
     """What the server uses of an AnyPairGenerator (a test can stand in for one with these)."""
 
-    last_result: Optional[GenerationResult]
     engines: str
     target: Any  # `.render(prompt, messages) -> ids`, `.has_chat_template`
     target_backend: Any  # `.max_context`
 
-    def stream(self, prompt: Optional[str] = None, **arguments: Any) -> Iterator[str]: ...
+    def batch_scheduler(self, max_batch: int) -> "BatchScheduler": ...
 
 
 @dataclass(frozen=True)
@@ -100,27 +99,37 @@ class QueueFull(Exception):
 
 
 class GenerationWorker:
-    """The thread that owns the generator. `submit` from the event loop; events come back on the job."""
+    """The thread that owns the generator. `submit` from the event loop; events come back on the job.
+
+    The generator's scheduler is made here, so a `max_batch` it refuses fails when the server is
+    made, not on the thread."""
 
     def __init__(self, generator: ServedGenerator, queue_size: int, max_batch: int = 1) -> None:
         if queue_size < 1:
             raise InputError(f"the queue size must be at least 1, got {queue_size}")
-        if max_batch < 1:
-            raise InputError(f"--max-batch must be at least 1 (requests that share each forward), got {max_batch}")
         self.generator = generator
         self.queue_size = queue_size
         self.max_batch = max_batch
-        # continuous batching (made on the worker thread: the scheduler gives the engines their slots)
-        self._scheduler: Any = None
-        self.active = 0  # requests running now
+        self._scheduler = generator.batch_scheduler(max_batch)
+        self._running: list[Job] = []  # the jobs in a slot now, in order of admission
         self._waiting: queue.Queue[Optional[Job]] = queue.Queue(maxsize=queue_size)
         self._thread = threading.Thread(target=self._run, name="anypair-generation", daemon=True)
         self._stopping = False
-        self.running: Optional[Job] = None
         self.served = 0
         self.cancelled = 0
-        # a moving average of how long a request holds the generator: how long until a slot frees
+        # a moving average of how long a request holds a slot: how long until a slot frees
         self._mean_request_s: Optional[float] = None
+
+    @property
+    def active(self) -> int:
+        """Requests running now."""
+        return len(self._running)
+
+    @property
+    def running(self) -> Optional[Job]:
+        """The longest-running request (None: none runs)."""
+        jobs = list(self._running)  # a copy: the worker thread changes the list meanwhile
+        return jobs[0] if jobs else None
 
     # -- the event loop's side ------------------------------------------------------------------
     def start(self) -> None:
@@ -130,11 +139,8 @@ class GenerationWorker:
         """Cancel what waits and what runs, and end the thread (it is a daemon: a round that does not
         end in time does not keep the process alive)."""
         self._stopping = True
-        if self.running is not None:
-            self.running.cancel()
-        if self._scheduler is not None:
-            for active in list(self._scheduler.active):
-                active.sink.job.cancel()
+        for job in list(self._running):
+            job.cancel()
         while True:
             try:
                 job = self._waiting.get_nowait()
@@ -169,89 +175,37 @@ class GenerationWorker:
         return max(1, math.ceil((self._mean_request_s or 1.0) / self.max_batch))
 
     # -- the worker thread ----------------------------------------------------------------------
-    def _left_while_queued(self, job) -> bool:
-        """A job whose client left before it started: counted, logged, and skipped by either worker loop."""
-        if not job.cancelled.is_set():
-            return False
-        self.cancelled += 1
-        logger.info("%s cancelled while queued (the client left)", job.request_id)
-        return True
-
     def _run(self) -> None:
-        if self.max_batch > 1:
-            self._run_batched()
-            return
-        while True:
-            job = self._waiting.get()
-            if job is None or self._stopping:
-                return
-            if self._left_while_queued(job):
-                continue
-            self.running = job
-            started = time.perf_counter()
-            try:
-                self._generate(job, queue_wait_s=started - job.enqueued_at)
-            except Exception:  # the thread must outlive any one request, or every later one would hang
-                logger.exception("%s: the worker could not report on the request", job.request_id)
-            finally:
-                self.running = None
-                took = time.perf_counter() - started
-                self._mean_request_s = took if self._mean_request_s is None else 0.8 * self._mean_request_s + 0.2 * took
-
-    def _generate(self, job: Job, queue_wait_s: float) -> None:
-        stream = self.generator.stream(**job.arguments)
-        left = False
-        try:
-            for text in stream:
-                if job.streams:
-                    job.emit(Chunk(text))
-                job.chunks_sent += 1
-                if job.cancelled.is_set():
-                    left = True
-                    break
-        except InputError as exc:
-            param, code = self._blame(job)
-            job.emit(Failed(exc, param, code))
-            return
-        except Exception as exc:  # a bug: the handler answers 500, the log keeps the traceback
-            logger.exception("%s failed", job.request_id)
-            job.emit(Failed(exc))
-            return
-        finally:
-            stream.close()  # a stream left open would keep its claim on the generator
-        if left:
-            self.cancelled += 1
-            logger.info("%s cancelled after %d chunks (the client left); the generator is free",
-                        job.request_id, job.chunks_sent)
-        else:
-            self.served += 1
-            job.emit(Finished(self.generator.last_result, queue_wait_s))
-
-    def _run_batched(self) -> None:
-        """Rounds of the batch scheduler; waiting jobs join whenever a slot is free."""
-        scheduler = self._scheduler = self.generator.batch_scheduler(self.max_batch)
+        """Rounds of the scheduler; waiting jobs join whenever a slot is free, and the thread sleeps
+        on the queue only when nothing runs."""
+        scheduler = self._scheduler
         try:
             while not self._stopping:
                 while len(scheduler.active) + len(scheduler.waiting) < self.max_batch:
-                    try:  # block only when nothing runs
+                    try:
                         job = self._waiting.get(block=not scheduler.busy)
                     except queue.Empty:
                         break
                     if job is None or self._stopping:
                         return
-                    if self._left_while_queued(job):
+                    if job.cancelled.is_set():
+                        self.cancelled += 1
+                        logger.info("%s cancelled while queued (the client left)", job.request_id)
                         continue
                     scheduler.submit(job.arguments, _JobSink(self, job))
                 try:
                     scheduler.round()
                 except Exception:  # the thread must outlive any round, or every later request would hang
-                    logger.exception("anypair: a batch round failed")
-                self.active = len(scheduler.active)
-                self.running = scheduler.active[0].sink.job if scheduler.active else None
+                    logger.exception("anypair: a round of the scheduler failed")
         finally:
-            for active in scheduler.active:
-                active.sink.job.emit(Failed(RuntimeError("the server is shutting down")))
+            for job in self._running:
+                job.emit(Failed(RuntimeError("the server is shutting down")))
             scheduler.close()
+
+    def _ended(self, job: Job) -> None:
+        """The job left its slot (finished, failed or dropped)."""
+        if job in self._running:
+            self._running.remove(job)
 
     def _blame(self, job: Job) -> tuple[str, Optional[str]]:
         """The field an InputError of the generator is about. The prompt's length is only measured
@@ -271,12 +225,16 @@ class GenerationWorker:
 
 
 class _JobSink:
-    """A batched request's events, handed to its job (the scheduler's RequestSink)."""
+    """A request's events, handed to its job (the scheduler's RequestSink)."""
 
     def __init__(self, worker: GenerationWorker, job: Job) -> None:
         self.worker = worker
         self.job = job
         self.admitted_at = time.perf_counter()
+
+    def admitted(self) -> None:
+        self.admitted_at = time.perf_counter()
+        self.worker._running.append(self.job)
 
     def text(self, chunk: str) -> None:
         if self.job.streams:
@@ -285,19 +243,23 @@ class _JobSink:
 
     def finished(self, result: GenerationResult) -> None:
         worker = self.worker
+        worker._ended(self.job)
         worker.served += 1
         took = time.perf_counter() - self.admitted_at
         worker._mean_request_s = took if worker._mean_request_s is None else 0.8 * worker._mean_request_s + 0.2 * took
         self.job.emit(Finished(result, self.admitted_at - self.job.enqueued_at))
 
     def failed(self, error: Exception) -> None:
+        self.worker._ended(self.job)
         if isinstance(error, InputError):
             param, code = self.worker._blame(self.job)
             self.job.emit(Failed(error, param, code))
-        else:
+        else:  # a bug: the handler answers 500, the log keeps the traceback
+            logger.error("%s failed", self.job.request_id, exc_info=error)
             self.job.emit(Failed(error))
 
     def dropped(self) -> None:
+        self.worker._ended(self.job)
         self.worker.cancelled += 1
         logger.info("%s cancelled after %d chunks (the client left); its slot is free", self.job.request_id,
                     self.job.chunks_sent)
