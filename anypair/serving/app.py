@@ -28,6 +28,7 @@ from fastapi.sse import EventSourceResponse, format_sse_event
 
 from anypair.errors import InputError
 from anypair.serving.errors import SERVER_ERROR, APIError, install_error_handlers
+from anypair.serving.fields import refused_field
 from anypair.serving.schemas import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -114,6 +115,9 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
     async def serve(request: Request, body: Union[CompletionRequest, ChatCompletionRequest], *,
                     prompt: Optional[str], messages: Optional[list[dict]]) -> Response:
         chat = messages is not None
+        refused = refused_field(body.model_extra or {}, "chat" if chat else "completions")
+        if refused is not None:
+            raise APIError(400, refused.message(), param=refused.name, code="unsupported_field")
         job = Job(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
                   generation_arguments(body, prompt, messages), asyncio.get_running_loop(),
                   max_tokens_field=body.max_tokens_field, streams=bool(body.stream))

@@ -2,9 +2,10 @@
 
 Requests are pydantic models: FastAPI validates each body against them and a failure becomes a 400
 naming the field (see `errors`), worded from the field's `description`, which says what is
-accepted. Fields of OpenAI's API that anypair does not serve (`logprobs`, penalties, tools, ...)
-are ignored, as most OpenAI-compatible servers do; `n` other than 1 is refused, since ignoring it
-would return fewer choices than asked for.
+accepted. The fields of OpenAI's API that anypair does not serve are kept aside (`model_extra` of a
+request body) and judged by `fields`: ignored when they change nothing in the answer (`user`,
+`metadata`), refused with a 400 naming them when they would (penalties, `logit_bias`, ...). `n`
+other than 1 is refused, since ignoring it would return fewer choices than asked for.
 
 Responses are plain dicts built by the functions below, in OpenAI's shapes, plus an `anypair`
 object with the round statistics of the request.
@@ -30,11 +31,17 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+class _RequestBody(_Body):
+    # a whole request body: the fields it does not declare are kept in `model_extra`, for
+    # `fields.refused_field` to refuse those that would change the answer
+    model_config = ConfigDict(extra="allow")
+
+
 class StreamOptions(_Body):
     include_usage: bool = Field(False, strict=True, description="true to add a last chunk with the usage")
 
 
-class _GenerationFields(_Body):
+class _GenerationFields(_RequestBody):
     """The fields both endpoints share."""
 
     model: str = Field(description="the model's id, as GET /v1/models lists it")
@@ -88,7 +95,8 @@ class TextPart(_Body):
 
 
 class ChatMessage(_Body):
-    role: Literal["system", "user", "assistant"] = Field(description='one of "system", "user" or "assistant"')
+    role: Literal["system", "developer", "user", "assistant"] = Field(
+        description='one of "system" (or "developer", OpenAI\'s newer name of it), "user" or "assistant"')
     content: Union[str, list[TextPart]] = Field(
         description='a string, or a list of {"type": "text", "text": ...} parts')
 
@@ -116,7 +124,8 @@ class ChatCompletionRequest(_GenerationFields):
 
     @property
     def message_dicts(self) -> list[dict]:
-        return [{"role": m.role, "content": m.text} for m in self.messages]
+        # "developer" is OpenAI's newer name of "system", which chat templates know
+        return [{"role": "system" if m.role == "developer" else m.role, "content": m.text} for m in self.messages]
 
 
 def field_names() -> frozenset[str]:
