@@ -92,6 +92,7 @@ REFUSED: tuple[RefusedField, ...] = (
                  "the models served are not reasoning models: there is no reasoning to constrain"),
     RefusedField("verbosity", CHAT, _absent, "null", "no control of the answer's length other than max_tokens"),
     RefusedField("web_search_options", CHAT, _absent, "null", "the server does not search the web"),
+    RefusedField("moderation", CHAT, _absent, "null", "no moderation runs: nothing is scored or blocked"),
     # other servers' extensions that change the answer
     RefusedField("min_p", BOTH, _zero, "0", "min-p truncation is not offered: use top_p or top_k"),
     RefusedField("typical_p", BOTH, _one, "1", "typical sampling is not offered: use top_p or top_k"),
@@ -99,28 +100,26 @@ REFUSED: tuple[RefusedField, ...] = (
                  "a repetition penalty changes the target's distribution, so its text would no longer be the "
                  "target's own"),
     RefusedField("min_tokens", BOTH, _zero, "0", "forbidding the end before a length is not offered"),
-    RefusedField("guided_json", BOTH, _absent, "null",
-                 'send response_format: {"type": "json_schema", "json_schema": {"name": ..., "schema": ...}}'),
-    RefusedField("guided_regex", BOTH, _absent, "null", "regular-expression constraints are not offered"),
     RefusedField("guided_choice", BOTH, _absent, "null", "choice constraints are not offered"),
-    RefusedField("guided_grammar", BOTH, _absent, "null", "grammar constraints are not offered"),
-    RefusedField("grammar", BOTH, _absent, "null", "grammar constraints are not offered"),
+    RefusedField("guided_grammar", BOTH, _absent, "null",
+                 "grammars are not read: send guided_regex, or response_format with a JSON schema"),
+    RefusedField("grammar", BOTH, _absent, "null",
+                 "llama-server's GBNF grammars are not read: send guided_regex, or response_format with a JSON schema"),
     RefusedField("json_schema", BOTH, _absent, "null",
                  'send response_format: {"type": "json_schema", "json_schema": {"name": ..., "schema": ...}}'),
-    # not served yet (issue 45 serves them next)
-    RefusedField("logprobs", BOTH, _false, "null or false", "log-probabilities are not returned yet"),
-    RefusedField("top_logprobs", CHAT, _zero, "null or 0", "log-probabilities are not returned yet"),
-    RefusedField("response_format", CHAT, lambda v: v is None or v == {"type": "text"}, '{"type": "text"}',
-                 "structured output is not served yet"),
-    RefusedField("tools", CHAT, _empty, "null or []", "tool calling is not served yet"),
-    RefusedField("tool_choice", CHAT, lambda v: v is None or v == "none", '"none"', "tool calling is not served yet"),
     RefusedField("parallel_tool_calls", CHAT, lambda v: v is None or v is True, "true",
-                 "tool calling is not served yet"),
+                 "every tool call the model writes is returned; limiting it to one would change the answer"),
+    RefusedField("tool_choice", COMPLETIONS, _absent, "null", "tools are served by POST /v1/chat/completions"),
+    RefusedField("tools", COMPLETIONS, _empty, "null", "tools are served by POST /v1/chat/completions"),
+    RefusedField("top_logprobs", COMPLETIONS, _absent, "null",
+                 "the completions API takes the number of alternatives as logprobs (an integer)"),
 )
 
 #: OpenAI's fields that change nothing in the text a client gets back, ignored
 IGNORED: tuple[str, ...] = (
-    "user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier",
+    "user", "metadata", "store", "service_tier", "safety_identifier",
+    # prompt caching is a cost of OpenAI's; anypair reads every prompt anew
+    "prompt_cache_key", "prompt_cache_options", "prompt_cache_retention",
     # a prediction of the answer only speeds OpenAI's decoding up; the answer is the model's own
     "prediction",
 )

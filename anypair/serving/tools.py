@@ -1,0 +1,135 @@
+"""Tool calls in the target's text, as OpenAI's `tool_calls`.
+
+A model offered tools (rendered into its prompt by its own chat template) calls one by writing it in
+its text in the format its template taught it. The format parsed here is the one of Qwen2.5's
+template (and Hermes'): each call a JSON object on its own between tags,
+
+    <tool_call>
+    {"name": "get_weather", "arguments": {"city": "Paris"}}
+    </tool_call>
+
+The text itself is the target's own, token for token (greedy or seeded), so the calls parsed from it
+are the ones the target alone makes. A template that renders tools in another format is refused
+(`parses_tool_calls`) rather than served with its calls left in the text.
+
+`ToolCallStream` does the same on a stream: text outside the tags goes out as it comes (holding back
+only what may be the start of a tag), each call goes out whole once its closing tag is verified.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+OPEN_TAG = "<tool_call>"
+CLOSE_TAG = "</tool_call>"
+
+
+def parses_tool_calls(chat_template: Union[str, dict, None]) -> bool:
+    """Whether a chat template teaches the tag format parsed here (it writes the opening tag)."""
+    if isinstance(chat_template, dict):
+        return any(OPEN_TAG in text for text in chat_template.values())
+    return bool(chat_template) and OPEN_TAG in chat_template
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call the model wrote: the function's name and its arguments as JSON text."""
+
+    name: str
+    arguments: str
+
+    def openai(self, call_id: str, index: Optional[int] = None) -> dict[str, Any]:
+        """The call as OpenAI writes it in a message (`index` in a streamed delta)."""
+        call = {"id": call_id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+        return call if index is None else {"index": index, **call}
+
+
+def new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def parse_call(body: str) -> Optional[ToolCall]:
+    """The call in the text between the tags; None when it is not a call (the text stays text)."""
+    try:
+        call = json.loads(body)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        return None
+    arguments = call.get("arguments", {})
+    if isinstance(arguments, str):  # a model may write the arguments as JSON text already
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            return None
+    if not isinstance(arguments, dict):
+        return None
+    return ToolCall(call["name"], json.dumps(arguments, ensure_ascii=False))
+
+
+@dataclass(frozen=True)
+class ParsedAnswer:
+    content: Optional[str]  # the text outside the calls (None when there is none)
+    calls: tuple[ToolCall, ...]
+
+
+def parse_answer(text: str) -> ParsedAnswer:
+    """The calls in a whole answer, and the text around them."""
+    stream = ToolCallStream()
+    pieces = stream.feed(text) + stream.finish()
+    content = "".join(p for p in pieces if isinstance(p, str))
+    calls = tuple(p for p in pieces if isinstance(p, ToolCall))
+    return ParsedAnswer(content if content.strip() or not calls else None, calls)
+
+
+class ToolCallStream:
+    """Splits a stream of text into text pieces and whole `ToolCall`s, in order."""
+
+    def __init__(self) -> None:
+        self._pending = ""  # text not yet handed out: a possible opening tag, or a call not yet closed
+        self._in_call = False
+
+    def feed(self, text: str) -> list[Union[str, ToolCall]]:
+        self._pending += text
+        out: list[Union[str, ToolCall]] = []
+        while True:
+            if self._in_call:
+                end = self._pending.find(CLOSE_TAG)
+                if end < 0:
+                    return out
+                body, self._pending = self._pending[:end], self._pending[end + len(CLOSE_TAG):]
+                self._in_call = False
+                call = parse_call(body)
+                # text between tags that is not a call is the model's text, tags and all
+                out.append(call if call is not None else f"{OPEN_TAG}{body}{CLOSE_TAG}")
+                # the newline the template puts between calls is part of the call format
+                self._pending = self._pending.lstrip("\n") if call is not None else self._pending
+                continue
+            start = self._pending.find(OPEN_TAG)
+            if start >= 0:
+                if start:
+                    out.append(self._pending[:start])
+                self._pending = self._pending[start + len(OPEN_TAG):]
+                self._in_call = True
+                continue
+            keep = _partial_tag_length(self._pending)
+            if len(self._pending) > keep:
+                out.append(self._pending[:len(self._pending) - keep])
+                self._pending = self._pending[len(self._pending) - keep:]
+            return out
+
+    def finish(self) -> list[Union[str, ToolCall]]:
+        """What is left at the end: an unclosed call stays text, as the model wrote it."""
+        rest = (OPEN_TAG + self._pending) if self._in_call else self._pending
+        self._pending, self._in_call = "", False
+        return [rest] if rest else []
+
+
+def _partial_tag_length(text: str) -> int:
+    """The length of the longest end of `text` that begins the opening tag."""
+    for length in range(min(len(text), len(OPEN_TAG) - 1), 0, -1):
+        if OPEN_TAG.startswith(text[-length:]):
+            return length
+    return 0
