@@ -228,7 +228,8 @@ def test_streamed_completion_logprobs_equal_the_target_alones(client, pair):
 
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
-                                           "languages": {"type": "array", "items": {"type": "string"}}},
+                                           "languages": {"type": "array", "items": {"type": "string"},
+                                                         "maxItems": 3}},
           "required": ["name", "age", "languages"], "additionalProperties": False}
 DESCRIBE = [{"role": "user", "content": "Describe a famous programmer as JSON."}]
 
@@ -238,13 +239,13 @@ def test_a_json_schema_answer_equals_the_target_alone_under_the_same_schema(clie
     from anypair.verifiers.constraints import Grammar
 
     response = client.chat.completions.create(
-        model=TARGET, messages=DESCRIBE, max_tokens=80, **({"temperature": 0} | sampling),
+        model=TARGET, messages=DESCRIBE, max_tokens=120, **({"temperature": 0} | sampling),
         response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}})
-    result = alone(pair, messages=DESCRIBE, max_new_tokens=80, grammar=Grammar.json_schema(PERSON),
+    result = alone(pair, messages=DESCRIBE, max_new_tokens=120, grammar=Grammar.json_schema(PERSON),
                    **sampling_arguments(sampling))
     text = response.choices[0].message.content
     assert text == result.text
-    assert response.choices[0].finish_reason == "stop"
+    assert response.choices[0].finish_reason == "stop", text
     person = json.loads(text)
     assert list(person) == ["name", "age", "languages"] and isinstance(person["age"], int)
 
@@ -252,8 +253,9 @@ def test_a_json_schema_answer_equals_the_target_alone_under_the_same_schema(clie
 def test_json_object_and_guided_regex_follow_their_constraint(client, pair):
     from anypair.verifiers.constraints import Grammar
 
-    response = client.chat.completions.create(model=TARGET, messages=DESCRIBE, max_tokens=60, temperature=0,
+    response = client.chat.completions.create(model=TARGET, messages=DESCRIBE, max_tokens=160, temperature=0,
                                               response_format={"type": "json_object"})
+    assert response.choices[0].finish_reason == "stop", response.choices[0].message.content
     assert isinstance(json.loads(response.choices[0].message.content), dict)
     regex = r"[0-9]{3}-[0-9]{4}"
     prompt = "Our office phone number is "
@@ -279,7 +281,7 @@ def test_the_openai_tool_calling_example_equals_the_target_alone(client, pair):
     response = client.chat.completions.create(model=TARGET, messages=ASK_WEATHER, tools=[WEATHER], temperature=0,
                                               max_tokens=64)
     result = alone(pair, messages=ASK_WEATHER, tools=[WEATHER], max_new_tokens=64)
-    expected = parse_answer(result.text)
+    expected = parse_answer(result.text, frozenset({"get_weather"}))
     message = response.choices[0].message
     assert expected.calls, f"the target called no tool: {result.text!r}"
     assert response.choices[0].finish_reason == "tool_calls"
@@ -306,4 +308,26 @@ def test_the_openai_tool_calling_example_equals_the_target_alone(client, pair):
                                      "name": "get_weather", "arguments": json.loads(expected.calls[0].arguments)}}]},
                              {"role": "tool", "tool_call_id": message.tool_calls[0].id, "content": "18 C and sunny"}]
     result = alone(pair, messages=template_conversation, tools=[WEATHER], max_new_tokens=32)
-    assert final.choices[0].message.content == result.text and "18" in result.text
+    expected = parse_answer(result.text, frozenset({"get_weather"}))
+    assert final.choices[0].message.content == expected.content
+    assert [(c.function.name, c.function.arguments) for c in final.choices[0].message.tool_calls or []] == \
+        [(c.name, c.arguments) for c in expected.calls]
+
+
+def test_tool_calls_are_parsed_from_tags_and_from_a_bare_call_whole_or_streamed():
+    from anypair.serving.tools import ToolCall, ToolCallStream, parse_answer
+
+    names = frozenset({"get_weather"})
+    tagged = 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+    call = ToolCall("get_weather", '{"city": "Paris"}')
+    assert parse_answer(tagged, names).calls == (call,) and parse_answer(tagged, names).content == "Let me check.\n"
+    assert parse_answer(' {"name": "get_weather", "arguments": {"city": "Paris"}}', names).calls == (call,)
+    for text in ('{"name": "other", "arguments": {}}', "<tool_call>not json</tool_call>", "a <tool_cal", "{oops"):
+        parsed = parse_answer(text, names)
+        assert not parsed.calls and parsed.content == text
+    for answer in (tagged, '{"name": "get_weather", "arguments": {"city": "Paris"}}', "plain <tool text"):
+        stream = ToolCallStream(names)
+        pieces = [p for i in range(0, len(answer), 3) for p in stream.feed(answer[i:i + 3])] + stream.finish()
+        whole = parse_answer(answer, names)
+        assert [p for p in pieces if isinstance(p, ToolCall)] == list(whole.calls)
+        assert "".join(p for p in pieces if isinstance(p, str)) == (whole.content or "")

@@ -154,7 +154,8 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
         arguments = generation_arguments(body, prompt, messages)
         if tools:
             arguments["tools"] = tools
-        answer = AnswerFormat(chat, bool(tools), generator.target.tokenizer.token_bytes
+        tool_names = frozenset(tool["function"]["name"] for tool in tools) if tools else None
+        answer = AnswerFormat(chat, tool_names, generator.target.tokenizer.token_bytes
                               if body.requested_logprobs is not None else None)
         job = Job(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", arguments, asyncio.get_running_loop(),
                   max_tokens_field=body.max_tokens_field, streams=bool(body.stream))
@@ -271,14 +272,16 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
 
 
 class AnswerFormat:
-    """How one request's answer is written: chat or completions, tool calls parsed from the text or
-    not, log-probabilities or not (`token_bytes`: the target's token bytes, given when asked for).
+    """How one request's answer is written: chat or completions, calls of the offered tools
+    (`tool_names`) parsed from the text or not, log-probabilities or not (`token_bytes`: the target's token bytes, given when asked for).
     A stream's pieces go through `chunks`, and the rest through `last_chunks` at its end."""
 
-    def __init__(self, chat: bool, tools: bool, token_bytes: Optional[Callable[[int], bytes]]) -> None:
+    def __init__(self, chat: bool, tool_names: Optional[frozenset[str]],
+                 token_bytes: Optional[Callable[[int], bytes]]) -> None:
         self.chat = chat
         self.token_bytes = token_bytes
-        self.calls = ToolCallStream() if tools else None
+        self.tool_names = tool_names
+        self.calls = ToolCallStream(tool_names) if tool_names else None
         self.calls_sent = 0
         self.logprobs_sent = 0
         self.characters_sent = 0  # the completions API's text_offset of the next token
@@ -290,7 +293,7 @@ class AnswerFormat:
             return completion_body(ids, result, anypair, logprobs)
         message = None
         if self.calls is not None:
-            parsed = parse_answer(result.text)
+            parsed = parse_answer(result.text, self.tool_names)
             if parsed.calls:
                 message = {"role": "assistant", "content": parsed.content,
                            "tool_calls": [call.openai(new_call_id()) for call in parsed.calls]}

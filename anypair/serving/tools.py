@@ -8,6 +8,9 @@ template (and Hermes'): each call a JSON object on its own between tags,
     {"name": "get_weather", "arguments": {"city": "Paris"}}
     </tool_call>
 
+Small models often write the call's JSON object alone, without the tags (Qwen2.5-Coder-0.5B does):
+an answer that is nothing but such an object, naming one of the offered tools, is that call too.
+
 The text itself is the target's own, token for token (greedy or seeded), so the calls parsed from it
 are the ones the target alone makes. A template that renders tools in another format is refused
 (`parses_tool_calls`) rather than served with its calls left in the text.
@@ -75,9 +78,9 @@ class ParsedAnswer:
     calls: tuple[ToolCall, ...]
 
 
-def parse_answer(text: str) -> ParsedAnswer:
-    """The calls in a whole answer, and the text around them."""
-    stream = ToolCallStream()
+def parse_answer(text: str, tool_names: frozenset[str]) -> ParsedAnswer:
+    """The calls in a whole answer, and the text around them (`tool_names`: the offered tools)."""
+    stream = ToolCallStream(tool_names)
     pieces = stream.feed(text) + stream.finish()
     content = "".join(p for p in pieces if isinstance(p, str))
     calls = tuple(p for p in pieces if isinstance(p, ToolCall))
@@ -85,14 +88,22 @@ def parse_answer(text: str) -> ParsedAnswer:
 
 
 class ToolCallStream:
-    """Splits a stream of text into text pieces and whole `ToolCall`s, in order."""
+    """Splits a stream of text into text pieces and whole `ToolCall`s, in order. An answer whose
+    first character (past whitespace) opens a JSON object is held to its end: it may be a bare call
+    of one of `tool_names`."""
 
-    def __init__(self) -> None:
+    def __init__(self, tool_names: frozenset[str]) -> None:
+        self.tool_names = tool_names
         self._pending = ""  # text not yet handed out: a possible opening tag, or a call not yet closed
         self._in_call = False
+        self._bare: Optional[bool] = None  # whether the answer may be a bare call (None: nothing seen yet)
 
     def feed(self, text: str) -> list[Union[str, ToolCall]]:
         self._pending += text
+        if self._bare is None and self._pending.strip():
+            self._bare = self._pending.lstrip().startswith("{")
+        if self._bare is not False:
+            return []  # undecided, or held to the end as a possible bare call
         out: list[Union[str, ToolCall]] = []
         while True:
             if self._in_call:
@@ -122,6 +133,13 @@ class ToolCallStream:
 
     def finish(self) -> list[Union[str, ToolCall]]:
         """What is left at the end: an unclosed call stays text, as the model wrote it."""
+        if self._bare:
+            call = parse_call(self._pending.strip())
+            if call is not None and call.name in self.tool_names:
+                self._pending = ""
+                return [call]
+            self._bare = False
+            return self.feed("") + self.finish()
         rest = (OPEN_TAG + self._pending) if self._in_call else self._pending
         self._pending, self._in_call = "", False
         return [rest] if rest else []
