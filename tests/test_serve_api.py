@@ -7,7 +7,8 @@ same request, greedy and seeded.
 The field walk reads the openai client's own request types, so a field OpenAI adds fails the test
 until it is classified. The refusals run on a stand-in generator (no model); the rest on the test
 pair (Qwen2.5-Coder-0.5B-Instruct drafted by SmolLM2-135M-Instruct) served in a thread, with the
-same loaded generator's `generate(..., assisted=False)` as the target alone.
+same loaded generator's `generate(..., assisted=False)` as the target alone, one request at a time
+and continuously batching.
 """
 from __future__ import annotations
 
@@ -168,12 +169,14 @@ def pair(zoo_fetch):
     return AnyPairGenerator(TARGET, DRAFT, skip_losing_drafts=False)
 
 
-@pytest.fixture(scope="module")
-def client(pair) -> Iterator[openai.OpenAI]:
+@pytest.fixture(scope="module", params=[1, 2], ids=["one-at-a-time", "batched"])
+def client(pair, request) -> Iterator[openai.OpenAI]:
+    """The server one request at a time, and continuously batching (`anypair serve`'s default on
+    the GGUF engine): both run the same decode loop, so each answer is the same."""
     from anypair.serving import ServeSettings, create_app
     from anypair.serving.server import server_in_thread
 
-    with server_in_thread(create_app(pair, ServeSettings(model_name=TARGET))) as root:
+    with server_in_thread(create_app(pair, ServeSettings(model_name=TARGET, max_batch=request.param))) as root:
         yield openai.OpenAI(base_url=f"{root}/v1", api_key="none", max_retries=0, timeout=600)
 
 
@@ -331,3 +334,27 @@ def test_tool_calls_are_parsed_from_tags_and_from_a_bare_call_whole_or_streamed(
         whole = parse_answer(answer, names)
         assert [p for p in pieces if isinstance(p, ToolCall)] == list(whole.calls)
         assert "".join(p for p in pieces if isinstance(p, str)) == (whole.content or "")
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}],
+                         ids=["required", "named"])
+def test_a_forced_tool_call_equals_the_target_alone_under_the_same_grammar(client, pair, choice):
+    from anypair.serving.tools import CLOSE_TAG, OPEN_TAG, forced_call_grammar, parse_answer
+
+    question = [{"role": "user", "content": "I am flying to Tokyo tomorrow."}]
+    streamed = list(client.chat.completions.create(model=TARGET, messages=question, tools=[WEATHER],
+                                                   tool_choice=choice, max_tokens=48, stream=True, **SEEDED))
+    vocabulary = pair.target.hf_tokenizer.added_tokens_encoder
+    grammar = forced_call_grammar([WEATHER], None if choice == "required" else "get_weather",
+                                  (vocabulary[OPEN_TAG], vocabulary[CLOSE_TAG]))
+    result = alone(pair, messages=question, tools=[WEATHER], max_new_tokens=48, grammar=grammar,
+                   **sampling_arguments(SEEDED))
+    expected = parse_answer(result.text, frozenset({"get_weather"}))
+    assert expected.calls and result.finish_reason == "eos"
+    calls = [call for chunk in streamed if chunk.choices for call in (chunk.choices[0].delta.tool_calls or [])]
+    assert [(c.function.name, c.function.arguments) for c in calls] == [(c.name, c.arguments) for c in expected.calls]
+
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=TARGET, messages=question, tools=[WEATHER], max_tokens=8,
+                                       tool_choice={"type": "function", "function": {"name": "book_flight"}})
+    assert caught.value.body["param"] == "tool_choice"

@@ -8,6 +8,12 @@ what was kept; the drafter learns what was committed and the policy gets the rou
 target's vocabulary, or keeps proposing nothing, the loop goes on with the target alone (the
 output is the same, only slower) and the statistics say why.
 
+A request may carry a grammar (`DecodeRequest.constraint`, structured output): a proposal is cut at
+the first token it rejects, and every row of the target's logits is masked in the grammar's state
+at that row's position before the verifier chooses, as the target alone masks it; and may ask for
+log-probabilities (`top_logprobs`): each emitted token's, from the row that verified it, yielded
+with the text piece that holds it (`VerifiedText`) and kept in the result.
+
 The loop itself (`DecodeSession.steps`) never calls the target's forward: it yields a `TargetCall`
 and is sent the logits back. Iterating a session runs each call at once on its own backend (one
 request); the batch scheduler (`generation.batch`) gathers the calls of every active session into

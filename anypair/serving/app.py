@@ -34,6 +34,7 @@ from anypair.serving.schemas import (
     CompletionRequest,
     JSONObjectFormat,
     JSONSchemaFormat,
+    NamedToolChoice,
     ResponseIds,
     chat_body,
     chat_chunk,
@@ -46,7 +47,16 @@ from anypair.serving.schemas import (
     timings,
     usage,
 )
-from anypair.serving.tools import ToolCall, ToolCallStream, new_call_id, parse_answer, parses_tool_calls
+from anypair.serving.tools import (
+    CLOSE_TAG,
+    OPEN_TAG,
+    ToolCall,
+    ToolCallStream,
+    forced_call_grammar,
+    new_call_id,
+    parse_answer,
+    parses_tool_calls,
+)
 from anypair.types import GenerationResult, TokenLogprob, VerifiedText
 from anypair.verifiers.constraints import Grammar
 from anypair.serving.worker import Chunk, Event, Failed, Finished, GenerationWorker, Job, QueueFull, ServedGenerator
@@ -118,13 +128,15 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
             raise APIError(400, f"{settings.model_name} has no chat template: send the conversation as raw text to "
                                 "POST /v1/completions", param="messages", code="no_chat_template")
         tools = body.offered_tools
-        if tools:
-            check_tools(body)
-        return await serve(request, body, prompt=None, messages=body.message_dicts, tools=tools)
+        forced_call = check_tools(body, tools) if tools else None
+        return await serve(request, body, prompt=None, messages=body.message_dicts, tools=tools,
+                           forced_call=forced_call)
 
-    def check_tools(body: ChatCompletionRequest) -> None:
+    def check_tools(body: ChatCompletionRequest, tools: list[dict]) -> Optional[Grammar]:
         """A 400 for tools this server cannot serve exactly: a template that does not render them
-        (or renders them in a format whose calls are not parsed), a choice that forces a call."""
+        (or renders them in a format whose calls are not parsed), a tool_choice naming no offered
+        tool, a constraint beside them. Returns the grammar that forces a call when tool_choice is
+        "required" or names a function."""
         template = generator.target.hf_tokenizer.chat_template
         if not generator.target.renders_tools or not parses_tool_calls(template):
             why = ("does not render tools" if not generator.target.renders_tools
@@ -133,18 +145,29 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
             raise APIError(400, f"tools: {settings.model_name}'s chat template {why}: leave tools out, or serve a "
                                 "model whose template writes <tool_call> (Qwen2.5)", param="tools",
                            code="tools_unsupported")
-        if body.tool_choice not in (None, "auto"):
-            raise APIError(400, f"tool_choice: {body.tool_choice!r} would force a call, which anypair does not "
-                                'serve yet: send "auto" (the model decides) or "none"', param="tool_choice",
-                           code="unsupported_value")
         if body.response_format is not None or body.guided_regex is not None or body.guided_json is not None:
             raise APIError(400, "response_format: a constraint on the answer with tools would forbid the model's "
                                 "tool calls: send one or the other", param="response_format",
                            code="unsupported_value")
+        if body.tool_choice in (None, "auto"):
+            return None
+        named = body.tool_choice.function.name if isinstance(body.tool_choice, NamedToolChoice) else None
+        if named is not None and named not in {tool["function"]["name"] for tool in tools}:
+            raise APIError(400, f"tool_choice names {named!r}, which is not among the tools: name one of them",
+                           param="tool_choice", code="invalid_value")
+        vocabulary = generator.target.hf_tokenizer.added_tokens_encoder
+        tag_ids = ((vocabulary[OPEN_TAG], vocabulary[CLOSE_TAG])
+                   if OPEN_TAG in vocabulary and CLOSE_TAG in vocabulary else None)
+        grammar = forced_call_grammar(tools, named, tag_ids)
+        try:
+            grammar.check()
+        except InputError as exc:
+            raise APIError(400, f"tools: {exc}", param="tools", code="invalid_grammar") from None
+        return grammar
 
     async def serve(request: Request, body: Union[CompletionRequest, ChatCompletionRequest], *,
                     prompt: Optional[str], messages: Optional[list[dict]],
-                    tools: Optional[list[dict]] = None) -> Response:
+                    tools: Optional[list[dict]] = None, forced_call: Optional[Grammar] = None) -> Response:
         chat = messages is not None
         refused = refused_field(body.model_extra or {}, "chat" if chat else "completions")
         if refused is not None:
@@ -154,6 +177,8 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
         arguments = generation_arguments(body, prompt, messages)
         if tools:
             arguments["tools"] = tools
+        if forced_call is not None:
+            arguments["grammar"] = forced_call
         tool_names = frozenset(tool["function"]["name"] for tool in tools) if tools else None
         answer = AnswerFormat(chat, tool_names, generator.target.tokenizer.token_bytes
                               if body.requested_logprobs is not None else None)

@@ -15,6 +15,9 @@ The text itself is the target's own, token for token (greedy or seeded), so the 
 are the ones the target alone makes. A template that renders tools in another format is refused
 (`parses_tool_calls`) rather than served with its calls left in the text.
 
+`tool_choice` "required" or a named function forces a call with a grammar (`forced_call_grammar`):
+the answer is then the target's own under that constraint, as structured output is.
+
 `ToolCallStream` does the same on a stream: text outside the tags goes out as it comes (holding back
 only what may be the start of a tag), each call goes out whole once its closing tag is verified.
 """
@@ -24,6 +27,8 @@ import json
 import uuid
 from dataclasses import dataclass
 from typing import Any, Optional, Union
+
+from anypair.verifiers.constraints import Grammar
 
 OPEN_TAG = "<tool_call>"
 CLOSE_TAG = "</tool_call>"
@@ -47,6 +52,23 @@ class ToolCall:
         """The call as OpenAI writes it in a message (`index` in a streamed delta)."""
         call = {"id": call_id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
         return call if index is None else {"index": index, **call}
+
+
+def forced_call_grammar(tools: list[dict[str, Any]], name: Optional[str], tag_ids: Optional[tuple[int, int]]) -> Grammar:
+    """A Lark grammar (llguidance's dialect) of one or more tagged calls of the offered tools (of
+    `name` alone when given). `tag_ids`: the target's ids of the opening and closing tags where each
+    is one token of its vocabulary (Qwen2.5's are), which the grammar names by id."""
+    schemas = [{"type": "object", "properties": {"name": {"const": tool["function"]["name"]},
+                                                  "arguments": tool["function"].get("parameters") or {"type": "object"}},
+                "required": ["name", "arguments"], "additionalProperties": False}
+               for tool in tools if name is None or tool["function"]["name"] == name]
+    schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
+    open_tag, close_tag = (f"<[{tag_ids[0]}]>", f"<[{tag_ids[1]}]>") if tag_ids else (json.dumps(OPEN_TAG),
+                                                                                    json.dumps(CLOSE_TAG))
+    call = f'call: {open_tag} "\\n" %json {json.dumps(schema)} "\\n" {close_tag}'
+    # one call when a function is named; with "required", as many as the model writes, one a line
+    start = "start: call" if name is not None else 'start: call ("\\n" call)*'
+    return Grammar("lark", f"{start}\n{call}\n")
 
 
 def new_call_id() -> str:
