@@ -350,7 +350,8 @@ def test_a_forced_tool_call_equals_the_target_alone_under_the_same_grammar(clien
     result = alone(pair, messages=question, tools=[WEATHER], max_new_tokens=48, grammar=grammar,
                    **sampling_arguments(SEEDED))
     expected = parse_answer(result.text, frozenset({"get_weather"}))
-    assert expected.calls and result.finish_reason == "eos"
+    # "required" lets the model write further calls (Qwen2.5-Coder-0.5B repeats its call up to the length)
+    assert expected.calls and (result.finish_reason == "eos" or choice == "required")
     calls = [call for chunk in streamed if chunk.choices for call in (chunk.choices[0].delta.tool_calls or [])]
     assert [(c.function.name, c.function.arguments) for c in calls] == [(c.name, c.arguments) for c in expected.calls]
 
