@@ -359,3 +359,10 @@ def test_a_forced_tool_call_equals_the_target_alone_under_the_same_grammar(clien
         client.chat.completions.create(model=TARGET, messages=question, tools=[WEATHER], max_tokens=8,
                                        tool_choice={"type": "function", "function": {"name": "book_flight"}})
     assert caught.value.body["param"] == "tool_choice"
+
+
+def test_tool_choice_asking_for_a_call_without_tools_is_a_400(stand_in):
+    client, _ = stand_in
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], tool_choice="required")
+    assert caught.value.body["param"] == "tool_choice"

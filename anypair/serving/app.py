@@ -128,6 +128,9 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
             raise APIError(400, f"{settings.model_name} has no chat template: send the conversation as raw text to "
                                 "POST /v1/completions", param="messages", code="no_chat_template")
         tools = body.offered_tools
+        if not body.tools and body.tool_choice not in (None, "none", "auto"):
+            raise APIError(400, "tool_choice asks for a call, but no tools are given: send tools, or leave "
+                                "tool_choice out", param="tool_choice", code="invalid_value")
         forced_call = check_tools(body, tools) if tools else None
         return await serve(request, body, prompt=None, messages=body.message_dicts, tools=tools,
                            forced_call=forced_call)
@@ -145,7 +148,8 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
             raise APIError(400, f"tools: {settings.model_name}'s chat template {why}: leave tools out, or serve a "
                                 "model whose template writes <tool_call> (Qwen2.5)", param="tools",
                            code="tools_unsupported")
-        if body.response_format is not None or body.guided_regex is not None or body.guided_json is not None:
+        if (isinstance(body.response_format, (JSONObjectFormat, JSONSchemaFormat)) or body.guided_regex is not None
+                or body.guided_json is not None):
             raise APIError(400, "response_format: a constraint on the answer with tools would forbid the model's "
                                 "tool calls: send one or the other", param="response_format",
                            code="unsupported_value")
