@@ -57,7 +57,7 @@ def test_the_readme_lists_every_ignored_and_refused_field():
 # -- refusals, on a stand-in generator ------------------------------------------------------------
 
 # a value of each refused field that asks for something
-ASKING = {"frequency_penalty": 0.5, "presence_penalty": -0.5, "logit_bias": {"15": 3}, "best_of": 2, "echo": True,
+ASKING = {"frequency_penalty": 0.5, "presence_penalty": -0.5, "best_of": 2, "echo": True,
           "suffix": "}", "functions": [{"name": "f", "parameters": {}}], "function_call": "auto",
           "audio": {"voice": "alloy", "format": "wav"}, "modalities": ["text", "audio"], "reasoning_effort": "high",
           "verbosity": "low", "web_search_options": {}, "moderation": {"input": {"mode": "block"}},
@@ -65,7 +65,7 @@ ASKING = {"frequency_penalty": 0.5, "presence_penalty": -0.5, "logit_bias": {"15
           "guided_grammar": "root ::= \"a\"", "grammar": "root ::= \"a\"", "json_schema": {"type": "object"},
           "parallel_tool_calls": False, "tool_choice": "auto", "tools": [{"type": "function"}], "top_logprobs": 2}
 # the values that ask for nothing: served as if absent
-NEUTRAL = {"frequency_penalty": 0, "presence_penalty": 0.0, "logit_bias": {}, "best_of": 1, "echo": False,
+NEUTRAL = {"frequency_penalty": 0, "presence_penalty": 0.0, "best_of": 1, "echo": False,
            "modalities": ["text"], "parallel_tool_calls": True}
 
 
@@ -144,6 +144,8 @@ def test_tools_on_a_template_without_tools_is_a_400(stand_in):
     ({"guided_regex": "(unclosed"}, "guided_regex"),
     ({"response_format": {"type": "json_object"}, "guided_regex": "a+"}, "guided_regex"),
     ({"logprobs": 21}, "logprobs"),
+    ({"logit_bias": {"abc": 1}}, "logit_bias"),
+    ({"logit_bias": {"12": 101}}, "logit_bias"),
 ])
 def test_a_bad_constraint_or_logprobs_is_a_400_naming_the_field(stand_in, fields, param):
     client, _ = stand_in
@@ -366,3 +368,17 @@ def test_tool_choice_asking_for_a_call_without_tools_is_a_400(stand_in):
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], tool_choice="required")
     assert caught.value.body["param"] == "tool_choice"
+
+
+@pytest.mark.parametrize("sampling", [{}, SEEDED], ids=["greedy", "seeded"])
+def test_logit_bias_answers_equal_the_target_alone_with_the_same_bias(client, pair, sampling):
+    prompt = "def is_even(n):\n"
+    free = alone(pair, prompt=prompt, max_new_tokens=12, **sampling_arguments(sampling))
+    # ban the target's own first token and favour another: the answer changes, the same way for both
+    bias = {free.target_ids[0]: -100.0, 1350: 5.0}
+    answer = client.completions.create(model=TARGET, prompt=prompt, max_tokens=12, logprobs=2,
+                                       logit_bias={str(k): v for k, v in bias.items()}, **({"temperature": 0} | sampling))
+    result = alone(pair, prompt=prompt, max_new_tokens=12, logit_bias=bias, logprobs=2, **sampling_arguments(sampling))
+    assert answer.choices[0].text == result.text != free.text
+    assert result.target_ids[0] != free.target_ids[0]
+    assert answer.choices[0].logprobs.token_logprobs == [e.logprob for e in result.logprobs]

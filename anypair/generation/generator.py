@@ -34,7 +34,7 @@ from anypair.policies.ledger import DraftingLedger, LedgerDecision, RequestOutco
 from anypair.sampling.keyed import PositionNoise
 from anypair.types import GenerationResult, SamplingConfig
 from anypair.verifiers.base import Verifier
-from anypair.verifiers.constraints import Grammar, GrammarCompiler
+from anypair.verifiers.constraints import Constraints, Grammar, GrammarCompiler, LogitBias, TokenConstraint
 
 ModelSpec = Union[str, "os.PathLike[str]", tuple]  # hub id, local folder, .gguf file, or (model, hf_tokenizer)
 
@@ -338,7 +338,7 @@ class AnyPairGenerator:
         draft_request = DraftRequest(target_ids, prompt=request.prompt, messages=messages, tools=tools)
         # no end-of-sequence ids: the loop then stops only at max_new_tokens (or a stop string)
         eos_ids = frozenset() if request.ignore_eos else self.target.eos_ids
-        constraint = self.grammar_compiler.constraint(request.grammar) if request.grammar is not None else None
+        constraint = self._constraint(request)
         decode_request = DecodeRequest(target_ids, request.max_new_tokens, eos_ids, request.stop_strings, draft_request,
                                        drafting_skipped=decision.skip_note(), top_logprobs=request.logprobs,
                                        constraint=constraint)
@@ -347,6 +347,21 @@ class AnyPairGenerator:
                                 self._verifier(plan.verifier, sampling, noise), plan.policy, decode_request)
         entry = _LedgerEntry(ledger, decision) if ledger is not None and decision.draft else None
         return session, entry
+
+    def _constraint(self, request: GenerationRequest) -> Optional[TokenConstraint]:
+        """What the request's tokens follow: its logit bias, then its grammar (None: nothing)."""
+        parts: list[TokenConstraint] = []
+        if request.logit_bias:
+            outside = [token for token, _ in request.logit_bias if token >= self.target_backend.vocab_size]
+            if outside:
+                raise InputError(f"logit_bias names token ids outside the target's vocabulary of "
+                                 f"{self.target_backend.vocab_size}: {outside[:5]}")
+            parts.append(LogitBias(dict(request.logit_bias)))
+        if request.grammar is not None:
+            parts.append(self.grammar_compiler.constraint(request.grammar))
+        if len(parts) > 1:
+            return Constraints(parts)
+        return parts[0] if parts else None
 
     @property
     def grammar_compiler(self) -> GrammarCompiler:
@@ -386,19 +401,21 @@ class AnyPairGenerator:
                  do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                  seed: Optional[int] = None, assisted: bool = True, ignore_eos: bool = False,
                  logprobs: Optional[int] = None, grammar: Optional[Grammar] = None,
-                 tools: Optional[Sequence[dict]] = None) -> GenerationResult:
+                 tools: Optional[Sequence[dict]] = None,
+                 logit_bias: Optional[dict[int, float]] = None) -> GenerationResult:
         """Generate up to `max_new_tokens` target tokens (exactly that many with `ignore_eos=True`, unless a
         stop string ends it); returns text, target ids and statistics.
 
         `logprobs`: 0-20 adds `result.logprobs`, the target's own log-probability of each token and
         that many alternatives. `grammar`: the text follows it (structured output), and is the target's
         own text under it. `tools`: OpenAI's tool definitions, rendered by each model's chat template
-        with `messages`."""
+        with `messages`. `logit_bias`: target id -> a bias from -100 to 100 added to its logit at every
+        position (before temperature and sampling), as the target alone adds it."""
         with self._claim("a generate() call"):
             session, ledger_entry = self._session(GenerationRequest.of(
                 prompt, messages=messages, max_new_tokens=max_new_tokens, stop=stop, do_sample=do_sample,
                 temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, assisted=assisted,
-                ignore_eos=ignore_eos, logprobs=logprobs, grammar=grammar, tools=tools))
+                ignore_eos=ignore_eos, logprobs=logprobs, grammar=grammar, tools=tools, logit_bias=logit_bias))
             self.last_result = session.run()
             self._settle(ledger_entry, session)
         return self.last_result
@@ -408,7 +425,7 @@ class AnyPairGenerator:
                do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                seed: Optional[int] = None, assisted: bool = True, ignore_eos: bool = False,
                logprobs: Optional[int] = None, grammar: Optional[Grammar] = None,
-               tools: Optional[Sequence[dict]] = None) -> Iterator[str]:
+               tools: Optional[Sequence[dict]] = None, logit_bias: Optional[dict[int, float]] = None) -> Iterator[str]:
         """Yield text as soon as each token is verified; `last_result` holds the full result after.
 
         From its first chunk until it is exhausted, closed (`.close()`) or dropped, the stream owns
@@ -417,7 +434,7 @@ class AnyPairGenerator:
             session, ledger_entry = self._session(GenerationRequest.of(
                 prompt, messages=messages, max_new_tokens=max_new_tokens, stop=stop, do_sample=do_sample,
                 temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, assisted=assisted,
-                ignore_eos=ignore_eos, logprobs=logprobs, grammar=grammar, tools=tools))
+                ignore_eos=ignore_eos, logprobs=logprobs, grammar=grammar, tools=tools, logit_bias=logit_bias))
             yield from session
             self.last_result = session.result
             self._settle(ledger_entry, session)

@@ -115,13 +115,16 @@ class GenerationRequest:
     grammar: Optional[Grammar] = None
     # tools (OpenAI's function definitions) the chat templates render with the conversation
     tools: Optional[tuple[dict, ...]] = None
+    # a bias added to these target ids' logits at every position (OpenAI's logit_bias)
+    logit_bias: Optional[tuple[tuple[int, float], ...]] = None
 
     @classmethod
     def of(cls, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
            max_new_tokens: int = 128, stop: Union[str, Sequence[str], None] = None, do_sample: bool = False,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: Optional[int] = None,
            assisted: bool = True, ignore_eos: bool = False, logprobs: Optional[int] = None,
-           grammar: Optional[Grammar] = None, tools: Optional[Sequence[dict]] = None) -> GenerationRequest:
+           grammar: Optional[Grammar] = None, tools: Optional[Sequence[dict]] = None,
+           logit_bias: Optional[dict[int, float]] = None) -> GenerationRequest:
         """From generate()'s arguments (raises InputError on bad ones)."""
         check_request(prompt, messages, max_new_tokens)
         if not isinstance(ignore_eos, bool):
@@ -135,12 +138,19 @@ class GenerationRequest:
         if tools is not None and (messages is None or not all(isinstance(tool, dict) for tool in tools)):
             raise InputError("tools need messages (a conversation) and must be a list of dicts (OpenAI's tool "
                              "definitions)")
+        if logit_bias is not None and not all(
+                isinstance(token, int) and not isinstance(token, bool) and token >= 0
+                and isinstance(bias, (int, float)) and not isinstance(bias, bool) and -100 <= bias <= 100
+                for token, bias in logit_bias.items()):
+            raise InputError(f"logit_bias must map target token ids (integers >= 0) to biases from -100 to 100, "
+                             f"got {logit_bias!r}")
         stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
         if not all(isinstance(s, str) and s for s in stops):
             raise InputError(f"stop must be a non-empty string or a list of them, got {stop!r}")
         sampling = SamplingConfig(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         return cls(prompt, tuple(messages) if messages is not None else None, max_new_tokens, stops, sampling,
-                   bool(assisted), ignore_eos, logprobs, grammar, tuple(tools) if tools else None)
+                   bool(assisted), ignore_eos, logprobs, grammar, tuple(tools) if tools else None,
+                   tuple(sorted(logit_bias.items())) if logit_bias else None)
 
 @dataclass(frozen=True)
 class PairFacts:

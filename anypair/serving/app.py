@@ -236,6 +236,14 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
         grammar = requested_grammar(body)
         if grammar is not None:
             arguments["grammar"] = grammar
+        bias = body.token_bias
+        if bias:
+            vocabulary = generator.target_backend.vocab_size
+            outside = sorted(token for token in bias if token >= vocabulary)
+            if outside:
+                raise APIError(400, f"logit_bias names token ids outside the target's vocabulary of {vocabulary}: "
+                                    f"{outside[:5]}", param="logit_bias", code="invalid_value")
+            arguments["logit_bias"] = bias
         return arguments
 
     def statistics(finished: Finished) -> dict[str, Any]:

@@ -77,7 +77,6 @@ REFUSED: tuple[RefusedField, ...] = (
     RefusedField("presence_penalty", BOTH, _zero, "0",
                  "a penalty on present tokens changes the target's distribution, so its text would no longer be the "
                  "target's own"),
-    RefusedField("logit_bias", BOTH, _empty, "{}", "biasing token ids is not offered"),
     RefusedField("best_of", COMPLETIONS, _one, "1",
                  "one sample per request: send best_of requests with different seeds and compare them yourself"),
     RefusedField("echo", COMPLETIONS, _false, "false", "the prompt is not repeated in the answer: prepend it yourself"),

@@ -101,6 +101,20 @@ class _GenerationFields(_RequestBody):
         None, description="a regular expression the answer follows (vLLM's field), the target's own answer under it")
     guided_json: Optional[dict[str, Any]] = Field(
         None, description="a JSON schema the answer follows (vLLM's field; OpenAI's is response_format)")
+    logit_bias: Optional[dict[str, Annotated[float, Field(ge=-100, le=100)]]] = Field(
+        None, description='an object of token ids (as strings) to biases from -100 to 100, such as {"1734": -100}: '
+                          "added to the target's logits at every position")
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _token_ids(cls, bias: Optional[dict[str, float]]) -> Optional[dict[str, float]]:
+        if bias is not None and not all(key.isdigit() for key in bias):
+            raise ValueError("logit_bias keys must be token ids (non-negative integers written as strings)")
+        return bias
+
+    @property
+    def token_bias(self) -> Optional[dict[int, float]]:
+        return {int(key): value for key, value in self.logit_bias.items()} if self.logit_bias else None
 
     @property
     def max_tokens_field(self) -> str:

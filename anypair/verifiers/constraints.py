@@ -12,7 +12,10 @@ A `TokenConstraint` holds a grammar's state over the request's committed target 
    so the text is the target's own under the same constraint, greedy or seeded;
 3. `commit(ids)`: the tokens the round emitted move the grammar on.
 
-`GrammarConstraint` is the one implementation, on llguidance (Microsoft's low-level guidance
+`LogitBias` (OpenAI's `logit_bias`) is the simplest: a fixed number added to chosen tokens' logits
+at every position, as the target alone adds it. `Constraints` applies several in order.
+
+`GrammarConstraint` is the grammar, on llguidance (Microsoft's low-level guidance
 library: a token mask in tens of microseconds for JSON schemas, regexes and Lark grammars; chosen by
 measured per-token cost, `evaluation/bench_structured.py`). `Grammar` is the request's description of
 the constraint, checked before anything runs; `GrammarCompiler` makes a request's constraint from it
@@ -47,6 +50,44 @@ class TokenConstraint(ABC):
     @abstractmethod
     def commit(self, target_ids: Sequence[int]) -> None:
         """The emitted tokens move the grammar on."""
+
+
+class LogitBias(TokenConstraint):
+    """A fixed bias added to the logits of some tokens at every position (OpenAI's logit_bias: -100
+    all but bans a token, 100 all but forces it). Nothing is cut from a proposal: whether a biased
+    token is the target's choice is the verifier's to say, on the biased rows."""
+
+    def __init__(self, bias: dict[int, float]) -> None:
+        self.ids = torch.tensor(sorted(bias), dtype=torch.long)
+        self.values = torch.tensor([bias[i] for i in sorted(bias)], dtype=torch.float32)
+
+    def allowed_prefix(self, target_ids: Sequence[int]) -> int:
+        return len(target_ids)
+
+    def mask_rows(self, logits: torch.Tensor, proposal: Sequence[int]) -> None:
+        with torch.inference_mode():
+            logits[:, self.ids] += self.values.to(logits.dtype)
+
+    def commit(self, target_ids: Sequence[int]) -> None:
+        pass
+
+
+class Constraints(TokenConstraint):
+    """Several constraints at once, applied in order (a bias, then a grammar's mask)."""
+
+    def __init__(self, parts: Sequence[TokenConstraint]) -> None:
+        self.parts = list(parts)
+
+    def allowed_prefix(self, target_ids: Sequence[int]) -> int:
+        return min(part.allowed_prefix(target_ids) for part in self.parts)
+
+    def mask_rows(self, logits: torch.Tensor, proposal: Sequence[int]) -> None:
+        for part in self.parts:
+            part.mask_rows(logits, proposal)
+
+    def commit(self, target_ids: Sequence[int]) -> None:
+        for part in self.parts:
+            part.commit(target_ids)
 
 
 @dataclass(frozen=True)
