@@ -57,7 +57,7 @@ def test_the_readme_lists_every_ignored_and_refused_field():
 # -- refusals, on a stand-in generator ------------------------------------------------------------
 
 # a value of each refused field that asks for something
-ASKING = {"frequency_penalty": 0.5, "presence_penalty": -0.5, "best_of": 2, "echo": True,
+ASKING = {"best_of": 2, "echo": True,
           "suffix": "}", "functions": [{"name": "f", "parameters": {}}], "function_call": "auto",
           "audio": {"voice": "alloy", "format": "wav"}, "modalities": ["text", "audio"], "reasoning_effort": "high",
           "verbosity": "low", "web_search_options": {}, "moderation": {"input": {"mode": "block"}},
@@ -65,7 +65,7 @@ ASKING = {"frequency_penalty": 0.5, "presence_penalty": -0.5, "best_of": 2, "ech
           "guided_grammar": "root ::= \"a\"", "grammar": "root ::= \"a\"", "json_schema": {"type": "object"},
           "parallel_tool_calls": False, "tool_choice": "auto", "tools": [{"type": "function"}], "top_logprobs": 2}
 # the values that ask for nothing: served as if absent
-NEUTRAL = {"frequency_penalty": 0, "presence_penalty": 0.0, "best_of": 1, "echo": False,
+NEUTRAL = {"best_of": 1, "echo": False,
            "modalities": ["text"], "parallel_tool_calls": True}
 
 
@@ -146,6 +146,7 @@ def test_tools_on_a_template_without_tools_is_a_400(stand_in):
     ({"logprobs": 21}, "logprobs"),
     ({"logit_bias": {"abc": 1}}, "logit_bias"),
     ({"logit_bias": {"12": 101}}, "logit_bias"),
+    ({"frequency_penalty": 2.5}, "frequency_penalty"),
 ])
 def test_a_bad_constraint_or_logprobs_is_a_400_naming_the_field(stand_in, fields, param):
     client, _ = stand_in
@@ -382,3 +383,15 @@ def test_logit_bias_answers_equal_the_target_alone_with_the_same_bias(client, pa
     assert answer.choices[0].text == result.text != free.text
     assert result.target_ids[0] != free.target_ids[0]
     assert answer.choices[0].logprobs.token_logprobs == [e.logprob for e in result.logprobs]
+
+
+@pytest.mark.parametrize("sampling", [{}, SEEDED], ids=["greedy", "seeded"])
+def test_penalties_answers_equal_the_target_alone_with_the_same_penalties(client, pair, sampling):
+    prompt = "List the numbers from one to twenty in words: one, two,"
+    penalties = {"frequency_penalty": 1.5, "presence_penalty": 0.5}
+    free = alone(pair, prompt=prompt, max_new_tokens=24, **sampling_arguments(sampling))
+    answer = client.completions.create(model=TARGET, prompt=prompt, max_tokens=24, **penalties,
+                                       **({"temperature": 0} | sampling))
+    result = alone(pair, prompt=prompt, max_new_tokens=24, **penalties, **sampling_arguments(sampling))
+    assert answer.choices[0].text == result.text != free.text
+    assert answer.model_extra["anypair"]["draft_tokens_proposed"] > 0

@@ -34,7 +34,14 @@ from anypair.policies.ledger import DraftingLedger, LedgerDecision, RequestOutco
 from anypair.sampling.keyed import PositionNoise
 from anypair.types import GenerationResult, SamplingConfig
 from anypair.verifiers.base import Verifier
-from anypair.verifiers.constraints import Constraints, Grammar, GrammarCompiler, LogitBias, TokenConstraint
+from anypair.verifiers.constraints import (
+    Constraints,
+    Grammar,
+    GrammarCompiler,
+    LogitBias,
+    RepetitionPenalties,
+    TokenConstraint,
+)
 
 ModelSpec = Union[str, "os.PathLike[str]", tuple]  # hub id, local folder, .gguf file, or (model, hf_tokenizer)
 
@@ -349,7 +356,7 @@ class AnyPairGenerator:
         return session, entry
 
     def _constraint(self, request: GenerationRequest) -> Optional[TokenConstraint]:
-        """What the request's tokens follow: its logit bias, then its grammar (None: nothing)."""
+        """What the request's tokens follow: its logit bias, its penalties, then its grammar (None: nothing)."""
         parts: list[TokenConstraint] = []
         if request.logit_bias:
             outside = [token for token, _ in request.logit_bias if token >= self.target_backend.vocab_size]
@@ -357,6 +364,8 @@ class AnyPairGenerator:
                 raise InputError(f"logit_bias names token ids outside the target's vocabulary of "
                                  f"{self.target_backend.vocab_size}: {outside[:5]}")
             parts.append(LogitBias(dict(request.logit_bias)))
+        if request.frequency_penalty or request.presence_penalty:
+            parts.append(RepetitionPenalties(request.frequency_penalty, request.presence_penalty))
         if request.grammar is not None:
             parts.append(self.grammar_compiler.constraint(request.grammar))
         if len(parts) > 1:
@@ -402,7 +411,8 @@ class AnyPairGenerator:
                  seed: Optional[int] = None, assisted: bool = True, ignore_eos: bool = False,
                  logprobs: Optional[int] = None, grammar: Optional[Grammar] = None,
                  tools: Optional[Sequence[dict]] = None,
-                 logit_bias: Optional[dict[int, float]] = None) -> GenerationResult:
+                 logit_bias: Optional[dict[int, float]] = None, frequency_penalty: float = 0.0,
+                 presence_penalty: float = 0.0) -> GenerationResult:
         """Generate up to `max_new_tokens` target tokens (exactly that many with `ignore_eos=True`, unless a
         stop string ends it); returns text, target ids and statistics.
 
@@ -410,12 +420,14 @@ class AnyPairGenerator:
         that many alternatives. `grammar`: the text follows it (structured output), and is the target's
         own text under it. `tools`: OpenAI's tool definitions, rendered by each model's chat template
         with `messages`. `logit_bias`: target id -> a bias from -100 to 100 added to its logit at every
-        position (before temperature and sampling), as the target alone adds it."""
+        position (before temperature and sampling), as the target alone adds it. `frequency_penalty`,
+        `presence_penalty` (-2 to 2): OpenAI's penalties on generated tokens, the same way."""
         with self._claim("a generate() call"):
             session, ledger_entry = self._session(GenerationRequest.of(
                 prompt, messages=messages, max_new_tokens=max_new_tokens, stop=stop, do_sample=do_sample,
                 temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, assisted=assisted,
-                ignore_eos=ignore_eos, logprobs=logprobs, grammar=grammar, tools=tools, logit_bias=logit_bias))
+                ignore_eos=ignore_eos, logprobs=logprobs, grammar=grammar, tools=tools, logit_bias=logit_bias,
+                frequency_penalty=frequency_penalty, presence_penalty=presence_penalty))
             self.last_result = session.run()
             self._settle(ledger_entry, session)
         return self.last_result
@@ -425,7 +437,8 @@ class AnyPairGenerator:
                do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                seed: Optional[int] = None, assisted: bool = True, ignore_eos: bool = False,
                logprobs: Optional[int] = None, grammar: Optional[Grammar] = None,
-               tools: Optional[Sequence[dict]] = None, logit_bias: Optional[dict[int, float]] = None) -> Iterator[str]:
+               tools: Optional[Sequence[dict]] = None, logit_bias: Optional[dict[int, float]] = None,
+               frequency_penalty: float = 0.0, presence_penalty: float = 0.0) -> Iterator[str]:
         """Yield text as soon as each token is verified; `last_result` holds the full result after.
 
         From its first chunk until it is exhausted, closed (`.close()`) or dropped, the stream owns
@@ -434,7 +447,8 @@ class AnyPairGenerator:
             session, ledger_entry = self._session(GenerationRequest.of(
                 prompt, messages=messages, max_new_tokens=max_new_tokens, stop=stop, do_sample=do_sample,
                 temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, assisted=assisted,
-                ignore_eos=ignore_eos, logprobs=logprobs, grammar=grammar, tools=tools, logit_bias=logit_bias))
+                ignore_eos=ignore_eos, logprobs=logprobs, grammar=grammar, tools=tools, logit_bias=logit_bias,
+                frequency_penalty=frequency_penalty, presence_penalty=presence_penalty))
             yield from session
             self.last_result = session.result
             self._settle(ledger_entry, session)

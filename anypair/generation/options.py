@@ -117,6 +117,9 @@ class GenerationRequest:
     tools: Optional[tuple[dict, ...]] = None
     # a bias added to these target ids' logits at every position (OpenAI's logit_bias)
     logit_bias: Optional[tuple[tuple[int, float], ...]] = None
+    # OpenAI's penalties on generated tokens: by the times each was generated, and once it was
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
 
     @classmethod
     def of(cls, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
@@ -124,7 +127,8 @@ class GenerationRequest:
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: Optional[int] = None,
            assisted: bool = True, ignore_eos: bool = False, logprobs: Optional[int] = None,
            grammar: Optional[Grammar] = None, tools: Optional[Sequence[dict]] = None,
-           logit_bias: Optional[dict[int, float]] = None) -> GenerationRequest:
+           logit_bias: Optional[dict[int, float]] = None, frequency_penalty: float = 0.0,
+           presence_penalty: float = 0.0) -> GenerationRequest:
         """From generate()'s arguments (raises InputError on bad ones)."""
         check_request(prompt, messages, max_new_tokens)
         if not isinstance(ignore_eos, bool):
@@ -144,13 +148,17 @@ class GenerationRequest:
                 for token, bias in logit_bias.items()):
             raise InputError(f"logit_bias must map target token ids (integers >= 0) to biases from -100 to 100, "
                              f"got {logit_bias!r}")
+        for name, penalty in (("frequency_penalty", frequency_penalty), ("presence_penalty", presence_penalty)):
+            if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not -2 <= penalty <= 2:
+                raise InputError(f"{name} must be a number from -2 to 2 (0: off), got {penalty!r}")
         stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
         if not all(isinstance(s, str) and s for s in stops):
             raise InputError(f"stop must be a non-empty string or a list of them, got {stop!r}")
         sampling = SamplingConfig(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         return cls(prompt, tuple(messages) if messages is not None else None, max_new_tokens, stops, sampling,
                    bool(assisted), ignore_eos, logprobs, grammar, tuple(tools) if tools else None,
-                   tuple(sorted(logit_bias.items())) if logit_bias else None)
+                   tuple(sorted(logit_bias.items())) if logit_bias else None, float(frequency_penalty),
+                   float(presence_penalty))
 
 @dataclass(frozen=True)
 class PairFacts:

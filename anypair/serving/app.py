@@ -244,6 +244,10 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
                 raise APIError(400, f"logit_bias names token ids outside the target's vocabulary of {vocabulary}: "
                                     f"{outside[:5]}", param="logit_bias", code="invalid_value")
             arguments["logit_bias"] = bias
+        if body.frequency_penalty:
+            arguments["frequency_penalty"] = body.frequency_penalty
+        if body.presence_penalty:
+            arguments["presence_penalty"] = body.presence_penalty
         return arguments
 
     def statistics(finished: Finished) -> dict[str, Any]:

@@ -71,12 +71,6 @@ class RefusedField:
 
 #: fields that change what the client gets back and that anypair refuses (at a non-neutral value)
 REFUSED: tuple[RefusedField, ...] = (
-    RefusedField("frequency_penalty", BOTH, _zero, "0",
-                 "a penalty on repeated tokens changes the target's distribution, so its text would no longer be the "
-                 "target's own"),
-    RefusedField("presence_penalty", BOTH, _zero, "0",
-                 "a penalty on present tokens changes the target's distribution, so its text would no longer be the "
-                 "target's own"),
     RefusedField("best_of", COMPLETIONS, _one, "1",
                  "one sample per request: send best_of requests with different seeds and compare them yourself"),
     RefusedField("echo", COMPLETIONS, _false, "false", "the prompt is not repeated in the answer: prepend it yourself"),

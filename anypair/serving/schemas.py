@@ -105,6 +105,13 @@ class _GenerationFields(_RequestBody):
         None, description='an object of token ids (as strings) to biases from -100 to 100, such as {"1734": -100}: '
                           "added to the target's logits at every position")
 
+    frequency_penalty: Optional[float] = Field(
+        None, ge=-2, le=2, strict=True,
+        description="a number from -2 to 2 (0: off): each generated token's logit less this times its count so far")
+    presence_penalty: Optional[float] = Field(
+        None, ge=-2, le=2, strict=True,
+        description="a number from -2 to 2 (0: off): each generated token's logit less this once it appeared")
+
     @field_validator("logit_bias")
     @classmethod
     def _token_ids(cls, bias: Optional[dict[str, float]]) -> Optional[dict[str, float]]:

@@ -13,7 +13,10 @@ A `TokenConstraint` holds a grammar's state over the request's committed target 
 3. `commit(ids)`: the tokens the round emitted move the grammar on.
 
 `LogitBias` (OpenAI's `logit_bias`) is the simplest: a fixed number added to chosen tokens' logits
-at every position, as the target alone adds it. `Constraints` applies several in order.
+at every position, as the target alone adds it. `RepetitionPenalties` (OpenAI's frequency and
+presence penalties) subtracts from each generated token's logit by how often it was generated
+before the row's position (the committed tokens and the proposal before the row), as the target
+alone does with the same tokens behind it. `Constraints` applies several in order.
 
 `GrammarConstraint` is the grammar, on llguidance (Microsoft's low-level guidance
 library: a token mask in tens of microseconds for JSON schemas, regexes and Lark grammars; chosen by
@@ -70,6 +73,41 @@ class LogitBias(TokenConstraint):
 
     def commit(self, target_ids: Sequence[int]) -> None:
         pass
+
+
+class RepetitionPenalties(TokenConstraint):
+    """OpenAI's frequency and presence penalties: at each position, a generated token's logit less
+    `frequency` x the times it was generated before and `presence` once it was (prompt tokens do
+    not count, as at OpenAI). Rows are penalised from the counts alone, in the order of the token
+    ids, so a row's figures are bitwise the same however the tokens before it were verified."""
+
+    def __init__(self, frequency: float, presence: float) -> None:
+        self.frequency = frequency
+        self.presence = presence
+        self.counts: dict[int, int] = {}  # generated token id -> times committed
+
+    def allowed_prefix(self, target_ids: Sequence[int]) -> int:
+        return len(target_ids)
+
+    def _penalise(self, row: torch.Tensor, counts: dict[int, int]) -> None:
+        if not counts:
+            return
+        ids = sorted(counts)
+        times = torch.tensor([counts[i] for i in ids], dtype=torch.float32)
+        penalty = times * self.frequency + (times > 0).to(torch.float32) * self.presence
+        row[torch.tensor(ids, dtype=torch.long)] -= penalty.to(row.dtype)
+
+    def mask_rows(self, logits: torch.Tensor, proposal: Sequence[int]) -> None:
+        counts = dict(self.counts)
+        with torch.inference_mode():
+            for i in range(len(proposal) + 1):
+                self._penalise(logits[i], counts)
+                if i < len(proposal):
+                    counts[proposal[i]] = counts.get(proposal[i], 0) + 1
+
+    def commit(self, target_ids: Sequence[int]) -> None:
+        for token in target_ids:
+            self.counts[token] = self.counts.get(token, 0) + 1
 
 
 class Constraints(TokenConstraint):
