@@ -152,9 +152,39 @@ class GenerationStats:
         return self.new_tokens / self.total_time_s if self.total_time_s > 0 else 0.0
 
 
+#: the most alternatives a request may ask for per position (OpenAI's top_logprobs limit)
+MAX_TOP_LOGPROBS = 20
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """The target's own log-probability of one emitted token, from the forward that verified it:
+    log_softmax of the target's logits at that position (before temperature, top-k/top-p and any
+    grammar mask, as OpenAI and vLLM report them), and the `top` most probable tokens there."""
+
+    target_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()  # (target id, log-probability), most probable first
+
+
 @dataclass
 class GenerationResult:
     text: str
     target_ids: list[int]  # generated target-token ids (prompt excluded)
     stats: GenerationStats
     finish_reason: str  # "length" | "eos" | "stop_string"
+    # one per target id, when the request asked for log-probabilities (None: it did not)
+    logprobs: Optional[list[TokenLogprob]] = None
+
+
+class VerifiedText(str):
+    """A piece of verified text as a stream yields it, with the log-probabilities of the tokens
+    verified since the previous piece (empty unless the request asked for them). It is a `str`, so
+    every consumer of a stream's text reads it as text."""
+
+    logprobs: tuple[TokenLogprob, ...]
+
+    def __new__(cls, text: str, logprobs: tuple[TokenLogprob, ...] = ()) -> VerifiedText:
+        piece = super().__new__(cls, text)
+        piece.logprobs = logprobs
+        return piece

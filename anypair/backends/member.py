@@ -67,13 +67,28 @@ class LoadedModel:
     def has_chat_template(self) -> bool:
         return bool(getattr(self.hf_tokenizer, "chat_template", None))
 
-    def render(self, prompt: Optional[str], messages: Optional[Sequence[dict]]) -> list[int]:
-        """The model's own token ids for a raw prompt or a conversation (its own chat template)."""
+    @property
+    def renders_tools(self) -> bool:
+        """Whether the chat template renders tool definitions (it reads a `tools` variable: Qwen2.5's
+        does, SmolLM2's does not); a tokenizer may keep a separate "tool_use" template."""
+        template = getattr(self.hf_tokenizer, "chat_template", None)
+        if isinstance(template, dict):
+            return "tool_use" in template or any("tools" in text for text in template.values())
+        return bool(template) and "tools" in template
+
+    def render(self, prompt: Optional[str], messages: Optional[Sequence[dict]],
+               tools: Optional[Sequence[dict]] = None) -> list[int]:
+        """The model's own token ids for a raw prompt or a conversation (its own chat template, with
+        `tools`, OpenAI's tool definitions, where given)."""
         if messages is not None:
             if not self.has_chat_template:
                 raise InputError(f"{self.name} has no chat template: pass the conversation as raw text "
                                  "(prompt= instead of messages=; --raw on the command line)")
-            ids = self.hf_tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+            if tools and not self.renders_tools:
+                raise InputError(f"{self.name}'s chat template does not render tools: this model was not given a way "
+                                 "to call them; leave tools out")
+            ids = self.hf_tokenizer.apply_chat_template(list(messages), tools=list(tools) if tools else None,
+                                                        add_generation_prompt=True, tokenize=True)
             if hasattr(ids, "keys"):
                 ids = ids["input_ids"]
             if ids and isinstance(ids[0], list):

@@ -23,6 +23,7 @@ class DraftRequest:
     target_prompt_ids: list[int]
     prompt: Optional[str] = None  # raw-text prompt (completion mode)
     messages: Optional[list[dict]] = None  # chat mode: each model renders its own template
+    tools: Optional[list[dict]] = None  # chat mode: tool definitions the templates render
 
 
 @dataclass

@@ -37,6 +37,14 @@ from anypair.policies.ledger import DraftingLedger, LedgerDecision, RequestOutco
 from anypair.sampling.keyed import PositionNoise
 from anypair.types import GenerationResult, SamplingConfig
 from anypair.verifiers.base import Verifier
+from anypair.verifiers.constraints import (
+    Constraints,
+    Grammar,
+    GrammarCompiler,
+    LogitBias,
+    RepetitionPenalties,
+    TokenConstraint,
+)
 
 ModelSpec = Union[str, "os.PathLike[str]", tuple]  # hub id, local folder, .gguf file, or (model, hf_tokenizer)
 
@@ -164,6 +172,7 @@ class AnyPairGenerator:
         # whether drafting paid on recent requests, per (drafter kind, sampling): see _ledger
         self._ledgers: dict[tuple[str, bool], DraftingLedger] = {}
         self._pair = PairFacts(has_draft_model=self.draft is not None)
+        self._grammar_compiler: Optional[GrammarCompiler] = None
 
     # -- the pair -------------------------------------------------------------------------------
     @property
@@ -193,7 +202,7 @@ class AnyPairGenerator:
         backend = self.draft_backend.sequence(slot)
 
         def render(request: DraftRequest) -> list[int]:
-            return self._draft_prompt_ids(request.prompt, request.messages, request.target_prompt_ids)
+            return self._draft_prompt_ids(request.prompt, request.messages, request.target_prompt_ids, request.tools)
 
         drafter = ModelDrafter(backend, self.draft.tokenizer, self.target.tokenizer, render,
                                same_vocabulary=self.same_vocabulary,
@@ -214,13 +223,14 @@ class AnyPairGenerator:
         return draft_prompt_window(costs.draft_step) if costs is not None else 0
 
     def _draft_prompt_ids(self, prompt: Optional[str], messages: Optional[Sequence[dict]],
-                          target_ids: Sequence[int]) -> list[int]:
+                          target_ids: Sequence[int], tools: Optional[Sequence[dict]] = None) -> list[int]:
         """The draft's own ids for a request. A conversation goes through the draft's chat template
-        where it has one; a draft without one (a base model, the usual draft) reads the target's
-        rendered conversation as raw text, so chat works for every pair."""
+        where it has one (and, with tools, renders them); a draft without one (a base model, the
+        usual draft), or one whose template knows no tools, reads the target's rendered conversation
+        as raw text, so chat works for every pair."""
         assert self.draft is not None
-        if messages is None or self.draft.has_chat_template:
-            return self.draft.render(prompt, messages)
+        if messages is None or (self.draft.has_chat_template and (not tools or self.draft.renders_tools)):
+            return self.draft.render(prompt, messages, tools)
         # the draft's tokenizer adds its own BOS to the text, so the target's is left out of it; only
         # where the target adds one to raw text is a leading BOS id one (SmolLM2's BOS id is <|im_start|>)
         bos = self.target.tokenizer.bos_id
@@ -314,7 +324,7 @@ class AnyPairGenerator:
     def _session(self, request: GenerationRequest, slot: int) -> tuple[DecodeSession, Optional[_LedgerEntry]]:
         """The request's session on slot `slot` of the engines."""
         plan = self.plan(request)
-        target_ids = self.target.render(request.prompt, request.messages)
+        target_ids = self.target.render(request.prompt, request.messages, request.tools)
         if not target_ids:
             raise InputError("the prompt encodes to no tokens for the target model")
         limit = self.target_backend.max_context
@@ -332,11 +342,14 @@ class AnyPairGenerator:
         decision = ledger.decide() if ledger is not None else LedgerDecision(draft=True)
         drafter = self._drafter(plan.drafter, sampling, noise, slot) if decision.draft else NoDrafter()
         messages = list(request.messages) if request.messages is not None else None
-        draft_request = DraftRequest(target_ids, prompt=request.prompt, messages=messages)
+        tools = list(request.tools) if request.tools is not None else None
+        draft_request = DraftRequest(target_ids, prompt=request.prompt, messages=messages, tools=tools)
         # no end-of-sequence ids: the loop then stops only at max_new_tokens (or a stop string)
         eos_ids = frozenset() if request.ignore_eos else self.target.eos_ids
+        constraint = self._constraint(request)
         decode_request = DecodeRequest(target_ids, request.max_new_tokens, eos_ids, request.stop_strings, draft_request,
-                                       drafting_skipped=decision.skip_note())
+                                       drafting_skipped=decision.skip_note(), top_logprobs=request.logprobs,
+                                       constraint=constraint)
         session = DecodeSession(self.target_backend.sequence(slot), self.target.tokenizer, drafter,
                                 self._verifier(plan.verifier, sampling, noise), plan.policy, decode_request)
         # the draft model's steps go to the scheduler, which runs every request's in one forward of the
@@ -344,6 +357,32 @@ class AnyPairGenerator:
         session.yields_draft_calls = plan.drafter == "model" and decision.draft
         entry = _LedgerEntry(ledger, decision) if ledger is not None and decision.draft else None
         return session, entry
+
+    def _constraint(self, request: GenerationRequest) -> Optional[TokenConstraint]:
+        """What the request's tokens follow: its logit bias, its penalties, then its grammar (None: nothing)."""
+        parts: list[TokenConstraint] = []
+        if request.logit_bias:
+            outside = [token for token, _ in request.logit_bias if token >= self.target_backend.vocab_size]
+            if outside:
+                raise InputError(f"logit_bias names token ids outside the target's vocabulary of "
+                                 f"{self.target_backend.vocab_size}: {outside[:5]}")
+            parts.append(LogitBias(dict(request.logit_bias)))
+        if request.frequency_penalty or request.presence_penalty:
+            parts.append(RepetitionPenalties(request.frequency_penalty, request.presence_penalty))
+        if request.grammar is not None:
+            parts.append(self.grammar_compiler.constraint(request.grammar))
+        if len(parts) > 1:
+            return Constraints(parts)
+        return parts[0] if parts else None
+
+    @property
+    def grammar_compiler(self) -> GrammarCompiler:
+        """Makes structured-output constraints on the target's tokenizer (built on first use: it reads
+        the whole vocabulary)."""
+        if self._grammar_compiler is None:
+            self._grammar_compiler = GrammarCompiler(self.target.hf_tokenizer, self.target_backend.vocab_size,
+                                                     self.target.eos_ids)
+        return self._grammar_compiler
 
     def _settle(self, entry: Optional[_LedgerEntry], session: DecodeSession) -> None:
         """Tell the request's ledger what its drafting saved (a request that ran the target alone
@@ -361,7 +400,7 @@ class AnyPairGenerator:
     def _check_draft_context(self, request: GenerationRequest, target_ids: list[int]) -> None:
         assert self.draft_backend is not None
         draft_ids = (target_ids if self.same_vocabulary
-                     else self._draft_prompt_ids(request.prompt, request.messages, target_ids))
+                     else self._draft_prompt_ids(request.prompt, request.messages, target_ids, request.tools))
         limit = self.draft_backend.max_context
         if len(draft_ids) + request.max_new_tokens + 16 > limit:
             raise InputError(
@@ -372,13 +411,25 @@ class AnyPairGenerator:
     def generate(self, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
                  max_new_tokens: int = 128, stop: Union[str, Sequence[str], None] = None,
                  do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-                 seed: Optional[int] = None, assisted: bool = True, ignore_eos: bool = False) -> GenerationResult:
+                 seed: Optional[int] = None, assisted: bool = True, ignore_eos: bool = False,
+                 logprobs: Optional[int] = None, grammar: Optional[Grammar] = None,
+                 tools: Optional[Sequence[dict]] = None,
+                 logit_bias: Optional[dict[int, float]] = None, frequency_penalty: float = 0.0,
+                 presence_penalty: float = 0.0) -> GenerationResult:
         """Generate up to `max_new_tokens` target tokens (exactly that many with `ignore_eos=True`, unless a
-        stop string ends it); returns text, target ids and statistics."""
+        stop string ends it); returns text, target ids and statistics.
+
+        `logprobs`: 0-20 adds `result.logprobs`, the target's own log-probability of each token and
+        that many alternatives. `grammar`: the text follows it (structured output), and is the target's
+        own text under it. `tools`: OpenAI's tool definitions, rendered by each model's chat template
+        with `messages`. `logit_bias`: target id -> a bias from -100 to 100 added to its logit at every
+        position (before temperature and sampling), as the target alone adds it. `frequency_penalty`,
+        `presence_penalty` (-2 to 2): OpenAI's penalties on generated tokens, the same way."""
         for _ in self._one_request("a generate() call", dict(
                 prompt=prompt, messages=messages, max_new_tokens=max_new_tokens, stop=stop, do_sample=do_sample,
                 temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, assisted=assisted,
-                ignore_eos=ignore_eos)):
+                ignore_eos=ignore_eos, logprobs=logprobs, grammar=grammar, tools=tools, logit_bias=logit_bias,
+                frequency_penalty=frequency_penalty, presence_penalty=presence_penalty)):
             pass
         assert self.last_result is not None
         return self.last_result
@@ -386,14 +437,19 @@ class AnyPairGenerator:
     def stream(self, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
                max_new_tokens: int = 128, stop: Union[str, Sequence[str], None] = None,
                do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-               seed: Optional[int] = None, assisted: bool = True, ignore_eos: bool = False) -> Iterator[str]:
+               seed: Optional[int] = None, assisted: bool = True, ignore_eos: bool = False,
+               logprobs: Optional[int] = None, grammar: Optional[Grammar] = None,
+               tools: Optional[Sequence[dict]] = None, logit_bias: Optional[dict[int, float]] = None,
+               frequency_penalty: float = 0.0, presence_penalty: float = 0.0) -> Iterator[str]:
         """Yield text as soon as each token is verified; `last_result` holds the full result after.
 
         From its first chunk until it is exhausted, closed (`.close()`) or dropped, the stream owns
         this generator: another request meanwhile raises InputError instead of corrupting it."""
         yield from self._one_request("an open stream", dict(
             prompt=prompt, messages=messages, max_new_tokens=max_new_tokens, stop=stop, do_sample=do_sample,
-            temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, assisted=assisted, ignore_eos=ignore_eos))
+            temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, assisted=assisted, ignore_eos=ignore_eos,
+            logprobs=logprobs, grammar=grammar, tools=tools, logit_bias=logit_bias,
+            frequency_penalty=frequency_penalty, presence_penalty=presence_penalty))
 
     def _one_request(self, what: str, arguments: dict) -> Iterator[str]:
         """A request (stream()'s `arguments`) as a batch of one, its text as it is verified;

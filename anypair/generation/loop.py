@@ -8,6 +8,12 @@ what was kept; the drafter learns what was committed and the policy gets the rou
 target's vocabulary, or keeps proposing nothing, the loop goes on with the target alone (the
 output is the same, only slower) and the statistics say why.
 
+A request may carry a grammar (`DecodeRequest.constraint`, structured output): a proposal is cut at
+the first token it rejects, and every row of the target's logits is masked in the grammar's state
+at that row's position before the verifier chooses, as the target alone masks it; and may ask for
+log-probabilities (`top_logprobs`): each emitted token's, from the row that verified it, yielded
+with the text piece that holds it (`VerifiedText`) and kept in the result.
+
 The loop itself (`DecodeSession.steps`) never calls the target's forward: it yields a `TargetCall`
 (and, for a drafter on a slot of the draft's engine, each `DraftCall`) and is sent the logits back.
 The batch scheduler (`generation.batch`) runs every session, alone or beside others: it gathers the
@@ -28,8 +34,18 @@ from anypair.drafters.base import DraftCall, DraftRequest, Drafter, NoDrafter
 from anypair.generation.text import TextAssembler
 from anypair.policies import DraftLengthPolicy
 from anypair.tokenization.base import TokenizerAdapter
-from anypair.types import DraftBudget, GenerationResult, GenerationStats, Proposal, RoundFeedback, VerifyOutcome
+from anypair.types import (
+    DraftBudget,
+    GenerationResult,
+    GenerationStats,
+    Proposal,
+    RoundFeedback,
+    TokenLogprob,
+    VerifiedText,
+    VerifyOutcome,
+)
 from anypair.verifiers.base import Verifier
+from anypair.verifiers.constraints import TokenConstraint
 
 logger = logging.getLogger("anypair")
 
@@ -47,6 +63,12 @@ class DecodeRequest:
     # why this request runs the target alone although it asked for drafting (the generator's
     # DraftingLedger), for its statistics; None: it drafts as planned
     drafting_skipped: Optional[str] = None
+    # the target's log-probability of each emitted token and this many alternatives (0-20) per
+    # position, from the verification forward; None: none are computed
+    top_logprobs: Optional[int] = None
+    # a grammar the emitted tokens follow (structured output): its mask is applied to the target's
+    # logits before the verifier chooses, as the target alone applies it (`verifiers.constraints`)
+    constraint: Optional[TokenConstraint] = None
 
 
 @dataclass
@@ -88,6 +110,9 @@ class DecodeSession:
         self.verify_passes: list[tuple[int, float]] = []
         self.generated: list[int] = []
         self.text = TextAssembler(request.stop_strings)
+        # log-probabilities of the emitted tokens (when asked for), and those not yet in a yielded piece
+        self.logprobs: Optional[list[TokenLogprob]] = [] if request.top_logprobs is not None else None
+        self._unsent_logprobs = 0
         self.finish_reason = "length"
         self.result: Optional[GenerationResult] = None
         # padded LM-head rows are not tokens: the target never chooses them, with or without a draft
@@ -103,6 +128,30 @@ class DecodeSession:
             with torch.inference_mode():  # backends return inference tensors
                 logits[..., self._n_real:] = float("-inf")
         return logits
+
+    def _record_logprobs(self, rows: torch.Tensor, target_ids: Sequence[int]) -> None:
+        """The target's log-probabilities of `target_ids`, row i of `rows` for the i-th. Each row is
+        copied and reduced on its own, so the figures are bitwise the target alone's, whose rows
+        come one forward at a time (the engine's rows are bitwise the same either way)."""
+        if self.logprobs is None:
+            return
+        top = self.request.top_logprobs or 0
+        with torch.inference_mode():
+            for row, token in zip(rows, target_ids):
+                logprobs = torch.log_softmax(row.float().clone(), dim=-1)
+                best = torch.topk(logprobs, top) if top else None
+                alternatives = tuple(zip(best.indices.tolist(), best.values.tolist())) if best is not None else ()
+                self.logprobs.append(TokenLogprob(int(token), float(logprobs[token]), alternatives))
+
+    def _piece(self, text: str) -> VerifiedText:
+        """A piece of text to yield, with the log-probabilities recorded since the previous piece."""
+        if self.logprobs is None:
+            return VerifiedText(text)
+        # tokens past the one that ended the request (an end id or a stop string inside a round's
+        # accepted tokens) were never emitted
+        emitted = self.logprobs[self._unsent_logprobs:len(self.generated)]
+        self._unsent_logprobs += len(emitted)
+        return VerifiedText(text, tuple(emitted))
 
     def _disable_drafter(self, reason: str) -> None:
         if not self.stats.draft_failed:
@@ -177,12 +226,19 @@ class DecodeSession:
         started = time.perf_counter()
         logits = yield TargetCall(list(self.request.target_prompt_ids), all_logits=False, prefill=True)
         logits = self._mask_padding(logits)
+        constraint = self.request.constraint
+        raw_logits = logits.clone() if constraint is not None and self.logprobs is not None else logits
+        if constraint is not None:
+            constraint.mask_rows(logits.view(1, -1), [])
         first_target_id = self.verifier.first_token(logits)
+        self._record_logprobs(raw_logits.view(1, -1), [first_target_id])
+        if constraint is not None:
+            constraint.commit([first_target_id])
         stats.time_prefill_s = stats.time_to_first_token_s = time.perf_counter() - started
         done = self._commit([first_target_id])
         chunk = self.text.take_new(final=done)
         if chunk:
-            yield chunk
+            yield self._piece(chunk)
 
         if not done and not isinstance(self.drafter, NoDrafter):
             t0 = time.perf_counter()
@@ -199,6 +255,9 @@ class DecodeSession:
             budget = DraftBudget(self.policy.next_length(), room, self.policy.stop_confidence())
             t0 = time.perf_counter()
             proposal = yield from self._propose(budget)
+            if constraint is not None and len(proposal):
+                # a token the grammar rejects can never be the target's: the proposal ends before it
+                proposal = proposal.truncated(constraint.allowed_prefix(proposal.target_ids))
             t1 = time.perf_counter()
             stats.time_translating_s += proposal.translate_seconds
             stats.time_drafting_s += (t1 - t0) - proposal.translate_seconds
@@ -210,6 +269,9 @@ class DecodeSession:
             # what the call cost this request: its own time alone, its share of a shared call
             outside = call.charged_seconds - (time.perf_counter() - t_call)
             scores = self._mask_padding(scores)
+            raw_scores = scores.clone() if constraint is not None and self.logprobs is not None else scores
+            if constraint is not None:
+                constraint.mask_rows(scores, proposal.target_ids)
             outcome = self.verifier.verify(scores, proposal)
             self.target.crop(cached + 1 + outcome.n_accepted)
             t2 = time.perf_counter() + outside
@@ -221,11 +283,14 @@ class DecodeSession:
                 stats.undrafted_shared_rounds += 1
 
             new_target_ids = list(proposal.target_ids[: outcome.n_accepted]) + [outcome.next_target_id]
+            self._record_logprobs(raw_scores, new_target_ids)
+            if constraint is not None:
+                constraint.commit(new_target_ids)
             self._count_round(proposal, outcome)
             done = self._commit(new_target_ids)
             chunk = self.text.take_new(final=done)
             if chunk:
-                yield chunk
+                yield self._piece(chunk)
             if done:
                 break
             last_target_id = outcome.next_target_id
@@ -243,7 +308,8 @@ class DecodeSession:
         self.text.finish()
         tail = self.text.take_new(final=True)
         if tail:
-            yield tail
+            yield self._piece(tail)
         stats.new_tokens = len(self.generated)
         stats.total_time_s = time.perf_counter() - started
-        self.result = GenerationResult(self.text.text, list(self.generated), stats, self.finish_reason)
+        logprobs = self.logprobs[:len(self.generated)] if self.logprobs is not None else None
+        self.result = GenerationResult(self.text.text, list(self.generated), stats, self.finish_reason, logprobs)

@@ -24,7 +24,8 @@ from anypair.drafters.base import Drafter
 from anypair.errors import InputError
 from anypair.generation.checks import check_choices, check_member_options, check_options, check_request
 from anypair.policies import DraftLengthPolicy, make_policy
-from anypair.types import SamplingConfig
+from anypair.types import MAX_TOP_LOGPROBS, SamplingConfig
+from anypair.verifiers.constraints import Grammar
 
 #: draft tokens of the prompt the draft model reads (its last ones; 0: all; None: by the draft's
 #: estimated cost, policies.draft_prompt_window: 256 for SmolLM2-135M). See drafters.model.
@@ -110,22 +111,56 @@ class GenerationRequest:
     assisted: bool
     # generate exactly max_new_tokens (stop strings still stop): for benchmarks whose lengths must hold
     ignore_eos: bool = False
+    # the target's log-probability of each emitted token and this many alternatives (None: none)
+    logprobs: Optional[int] = None
+    # a grammar the text follows (structured output), the target's own text under it
+    grammar: Optional[Grammar] = None
+    # tools (OpenAI's function definitions) the chat templates render with the conversation
+    tools: Optional[tuple[dict, ...]] = None
+    # a bias added to these target ids' logits at every position (OpenAI's logit_bias)
+    logit_bias: Optional[tuple[tuple[int, float], ...]] = None
+    # OpenAI's penalties on generated tokens: by the times each was generated, and once it was
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
 
     @classmethod
     def of(cls, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
            max_new_tokens: int = 128, stop: Union[str, Sequence[str], None] = None, do_sample: bool = False,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: Optional[int] = None,
-           assisted: bool = True, ignore_eos: bool = False) -> GenerationRequest:
+           assisted: bool = True, ignore_eos: bool = False, logprobs: Optional[int] = None,
+           grammar: Optional[Grammar] = None, tools: Optional[Sequence[dict]] = None,
+           logit_bias: Optional[dict[int, float]] = None, frequency_penalty: float = 0.0,
+           presence_penalty: float = 0.0) -> GenerationRequest:
         """From generate()'s arguments (raises InputError on bad ones)."""
         check_request(prompt, messages, max_new_tokens)
         if not isinstance(ignore_eos, bool):
             raise InputError(f"ignore_eos must be True or False, got {ignore_eos!r}")
+        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
+                                     or not 0 <= logprobs <= MAX_TOP_LOGPROBS):
+            raise InputError(f"logprobs must be None or an integer from 0 to {MAX_TOP_LOGPROBS} (the alternatives "
+                             f"reported per token), got {logprobs!r}")
+        if grammar is not None and not isinstance(grammar, Grammar):
+            raise InputError(f"grammar must be an anypair Grammar, got {type(grammar).__name__}")
+        if tools is not None and (messages is None or not all(isinstance(tool, dict) for tool in tools)):
+            raise InputError("tools need messages (a conversation) and must be a list of dicts (OpenAI's tool "
+                             "definitions)")
+        if logit_bias is not None and not all(
+                isinstance(token, int) and not isinstance(token, bool) and token >= 0
+                and isinstance(bias, (int, float)) and not isinstance(bias, bool) and -100 <= bias <= 100
+                for token, bias in logit_bias.items()):
+            raise InputError(f"logit_bias must map target token ids (integers >= 0) to biases from -100 to 100, "
+                             f"got {logit_bias!r}")
+        for name, penalty in (("frequency_penalty", frequency_penalty), ("presence_penalty", presence_penalty)):
+            if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not -2 <= penalty <= 2:
+                raise InputError(f"{name} must be a number from -2 to 2 (0: off), got {penalty!r}")
         stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
         if not all(isinstance(s, str) and s for s in stops):
             raise InputError(f"stop must be a non-empty string or a list of them, got {stop!r}")
         sampling = SamplingConfig(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         return cls(prompt, tuple(messages) if messages is not None else None, max_new_tokens, stops, sampling,
-                   bool(assisted), ignore_eos)
+                   bool(assisted), ignore_eos, logprobs, grammar, tuple(tools) if tools else None,
+                   tuple(sorted(logit_bias.items())) if logit_bias else None, float(frequency_penalty),
+                   float(presence_penalty))
 
 @dataclass(frozen=True)
 class PairFacts:

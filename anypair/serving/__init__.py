@@ -1,6 +1,9 @@
 """`anypair serve`: an OpenAI-compatible HTTP server for one target and its draft.
 
 - `schemas`: the request bodies (pydantic models, validated by FastAPI) and the response bodies.
+- `fields`: every OpenAI request field the schemas do not serve, ignored or refused with a 400.
+- `tools`: tool calls parsed from the target's text (`<tool_call>` JSON), whole or streamed, and the
+  grammar that forces one (`tool_choice` "required" or named).
 - `errors`: OpenAI-style error objects, `{"error": {"message", "type", "param", "code"}}`, for every
   failure a request can meet (bad JSON, bad fields, a full queue, the generator's own InputError).
 - `worker`: the one thread that runs the generator's scheduler (up to `max_batch` requests sharing each

@@ -19,7 +19,7 @@ import time
 import uuid
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Optional, Union
+from typing import Any, AsyncIterator, Callable, Optional, Union
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
@@ -28,19 +28,37 @@ from fastapi.sse import EventSourceResponse, format_sse_event
 
 from anypair.errors import InputError
 from anypair.serving.errors import SERVER_ERROR, APIError, install_error_handlers
+from anypair.serving.fields import refused_field
 from anypair.serving.schemas import (
     ChatCompletionRequest,
     CompletionRequest,
+    JSONObjectFormat,
+    JSONSchemaFormat,
+    NamedToolChoice,
     ResponseIds,
     chat_body,
     chat_chunk,
+    chat_logprobs,
     completion_body,
     completion_chunk,
+    completion_logprobs,
     finish_reason,
     round_statistics,
     timings,
     usage,
 )
+from anypair.serving.tools import (
+    CLOSE_TAG,
+    OPEN_TAG,
+    ToolCall,
+    ToolCallStream,
+    forced_call_grammar,
+    new_call_id,
+    parse_answer,
+    parses_tool_calls,
+)
+from anypair.types import GenerationResult, TokenLogprob, VerifiedText
+from anypair.verifiers.constraints import Grammar
 from anypair.serving.worker import Chunk, Event, Failed, Finished, GenerationWorker, Job, QueueFull, ServedGenerator
 
 logger = logging.getLogger("anypair.serving")
@@ -109,13 +127,66 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
         if not generator.target.has_chat_template:
             raise APIError(400, f"{settings.model_name} has no chat template: send the conversation as raw text to "
                                 "POST /v1/completions", param="messages", code="no_chat_template")
-        return await serve(request, body, prompt=None, messages=body.message_dicts)
+        tools = body.offered_tools
+        if not body.tools and body.tool_choice not in (None, "none", "auto"):
+            raise APIError(400, "tool_choice asks for a call, but no tools are given: send tools, or leave "
+                                "tool_choice out", param="tool_choice", code="invalid_value")
+        forced_call = check_tools(body, tools) if tools else None
+        return await serve(request, body, prompt=None, messages=body.message_dicts, tools=tools,
+                           forced_call=forced_call)
+
+    def check_tools(body: ChatCompletionRequest, tools: list[dict]) -> Optional[Grammar]:
+        """A 400 for tools this server cannot serve exactly: a template that does not render them
+        (or renders them in a format whose calls are not parsed), a tool_choice naming no offered
+        tool, a constraint beside them. Returns the grammar that forces a call when tool_choice is
+        "required" or names a function."""
+        template = generator.target.hf_tokenizer.chat_template
+        if not generator.target.renders_tools or not parses_tool_calls(template):
+            why = ("does not render tools" if not generator.target.renders_tools
+                   else "renders tools in a format whose calls anypair does not parse (it parses <tool_call> JSON, "
+                        "as Qwen2.5's and Hermes' templates write them)")
+            raise APIError(400, f"tools: {settings.model_name}'s chat template {why}: leave tools out, or serve a "
+                                "model whose template writes <tool_call> (Qwen2.5)", param="tools",
+                           code="tools_unsupported")
+        if (isinstance(body.response_format, (JSONObjectFormat, JSONSchemaFormat)) or body.guided_regex is not None
+                or body.guided_json is not None):
+            raise APIError(400, "response_format: a constraint on the answer with tools would forbid the model's "
+                                "tool calls: send one or the other", param="response_format",
+                           code="unsupported_value")
+        if body.tool_choice in (None, "auto"):
+            return None
+        named = body.tool_choice.function.name if isinstance(body.tool_choice, NamedToolChoice) else None
+        if named is not None and named not in {tool["function"]["name"] for tool in tools}:
+            raise APIError(400, f"tool_choice names {named!r}, which is not among the tools: name one of them",
+                           param="tool_choice", code="invalid_value")
+        vocabulary = generator.target.hf_tokenizer.added_tokens_encoder
+        tag_ids = ((vocabulary[OPEN_TAG], vocabulary[CLOSE_TAG])
+                   if OPEN_TAG in vocabulary and CLOSE_TAG in vocabulary else None)
+        grammar = forced_call_grammar(tools, named, tag_ids)
+        try:
+            grammar.check()
+        except InputError as exc:
+            raise APIError(400, f"tools: {exc}", param="tools", code="invalid_grammar") from None
+        return grammar
 
     async def serve(request: Request, body: Union[CompletionRequest, ChatCompletionRequest], *,
-                    prompt: Optional[str], messages: Optional[list[dict]]) -> Response:
+                    prompt: Optional[str], messages: Optional[list[dict]],
+                    tools: Optional[list[dict]] = None, forced_call: Optional[Grammar] = None) -> Response:
         chat = messages is not None
-        job = Job(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
-                  generation_arguments(body, prompt, messages), asyncio.get_running_loop(),
+        refused = refused_field(body.model_extra or {}, "chat" if chat else "completions")
+        if refused is not None:
+            raise APIError(400, refused.message(), param=refused.name, code="unsupported_field")
+        if chat and body.top_logprobs is not None and not body.logprobs:
+            raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs", code="invalid_value")
+        arguments = generation_arguments(body, prompt, messages)
+        if tools:
+            arguments["tools"] = tools
+        if forced_call is not None:
+            arguments["grammar"] = forced_call
+        tool_names = frozenset(tool["function"]["name"] for tool in tools) if tools else None
+        answer = AnswerFormat(chat, tool_names, generator.target.tokenizer.token_bytes
+                              if body.requested_logprobs is not None else None)
+        job = Job(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", arguments, asyncio.get_running_loop(),
                   max_tokens_field=body.max_tokens_field, streams=bool(body.stream))
         try:
             worker.submit(job)
@@ -131,7 +202,7 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
             ids = ResponseIds(job.request_id, settings.model_name)
             if body.stream:
                 include_usage = bool(body.stream_options and body.stream_options.include_usage)
-                return EventSourceResponse(stream_events(job, first, ids, chat, include_usage),
+                return EventSourceResponse(stream_events(job, first, ids, answer, include_usage),
                                            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
             event = first
             while not isinstance(event, Finished):
@@ -142,8 +213,7 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
             # nobody reads the answer; the worker logs the request's line when it drops the job
             return Response(status_code=499)
         log_request(job, event)
-        build = chat_body if chat else completion_body
-        return JSONResponse(build(ids, event.result, statistics(event)))
+        return JSONResponse(answer.body(ids, event.result, statistics(event)))
 
     def generation_arguments(body: Union[CompletionRequest, ChatCompletionRequest], prompt: Optional[str],
                              messages: Optional[list[dict]]) -> dict[str, Any]:
@@ -157,26 +227,47 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
                                 f"{context} tokens, which also holds the prompt: ask for fewer tokens",
                            param=body.max_tokens_field, code="context_length_exceeded")
         temperature = 1.0 if body.temperature is None else body.temperature
-        return dict(prompt=prompt, messages=messages, max_new_tokens=max_new_tokens, stop=body.stop,
-                    # temperature 0 is OpenAI's greedy; SamplingConfig wants a positive one only when sampling
-                    do_sample=temperature > 0, temperature=temperature if temperature > 0 else 1.0,
-                    top_p=1.0 if body.top_p is None else body.top_p, top_k=body.top_k or 0, seed=body.seed)
+        arguments = dict(prompt=prompt, messages=messages, max_new_tokens=max_new_tokens, stop=body.stop,
+                         # temperature 0 is OpenAI's greedy; SamplingConfig wants a positive one only when sampling
+                         do_sample=temperature > 0, temperature=temperature if temperature > 0 else 1.0,
+                         top_p=1.0 if body.top_p is None else body.top_p, top_k=body.top_k or 0, seed=body.seed)
+        if body.requested_logprobs is not None:
+            arguments["logprobs"] = body.requested_logprobs
+        grammar = requested_grammar(body)
+        if grammar is not None:
+            arguments["grammar"] = grammar
+        bias = body.token_bias
+        if bias:
+            vocabulary = generator.target_backend.vocab_size
+            outside = sorted(token for token in bias if token >= vocabulary)
+            if outside:
+                raise APIError(400, f"logit_bias names token ids outside the target's vocabulary of {vocabulary}: "
+                                    f"{outside[:5]}", param="logit_bias", code="invalid_value")
+            arguments["logit_bias"] = bias
+        if body.frequency_penalty:
+            arguments["frequency_penalty"] = body.frequency_penalty
+        if body.presence_penalty:
+            arguments["presence_penalty"] = body.presence_penalty
+        return arguments
 
     def statistics(finished: Finished) -> dict[str, Any]:
         return round_statistics(finished.result, generator.engines, finished.queue_wait_s)
 
-    async def stream_events(job: Job, first: Event, ids: ResponseIds, chat: bool,
+    async def stream_events(job: Job, first: Event, ids: ResponseIds, answer: AnswerFormat,
                             include_usage: bool) -> AsyncIterator[bytes]:
         try:
-            if chat:  # OpenAI's first chat chunk names the role
+            if answer.chat:  # OpenAI's first chat chunk names the role
                 yield sse(chat_chunk(ids, {"role": "assistant", "content": ""}))
             event = first
             while True:
                 if isinstance(event, Chunk):
-                    yield sse(chat_chunk(ids, {"content": event.text}) if chat else completion_chunk(ids, event.text))
+                    for chunk in answer.chunks(ids, event.text):
+                        yield sse(chunk)
                 elif isinstance(event, Finished):
-                    reason = finish_reason(event.result)
-                    last = chat_chunk(ids, {}, reason) if chat else completion_chunk(ids, "", reason)
+                    for chunk in answer.last_chunks(ids, event.result):
+                        yield sse(chunk)
+                    reason = answer.streamed_finish_reason(event.result)
+                    last = chat_chunk(ids, {}, reason) if answer.chat else completion_chunk(ids, "", reason)
                     yield sse({**last, "timings": timings(event.result), "anypair": statistics(event)})
                     if include_usage:
                         yield sse({**ids.header(last["object"]), "choices": [], "usage": usage(event.result)})
@@ -192,7 +283,111 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
             # the client left (the response was cancelled) or the stream ended: a no-op then
             job.cancel()
 
+    def requested_grammar(body: Union[CompletionRequest, ChatCompletionRequest]) -> Optional[Grammar]:
+        """The constraint the body asks for (response_format, or vLLM's guided_regex / guided_json)."""
+        fmt = body.response_format
+        asked = [name for name, value in (("response_format", fmt if isinstance(fmt, (JSONObjectFormat,
+                                                                                        JSONSchemaFormat)) else None),
+                                          ("guided_regex", body.guided_regex), ("guided_json", body.guided_json))
+                 if value is not None]
+        if not asked:
+            return None
+        if len(asked) > 1:
+            raise APIError(400, f"{asked[1]}: give one constraint, not {' and '.join(asked)}", param=asked[1],
+                           code="invalid_value")
+        if isinstance(fmt, JSONObjectFormat):
+            grammar = Grammar("json_object")
+        elif isinstance(fmt, JSONSchemaFormat):
+            grammar = Grammar.json_schema(fmt.json_schema.schema_)
+        elif body.guided_regex is not None:
+            grammar = Grammar("regex", body.guided_regex)
+        else:
+            grammar = Grammar.json_schema(body.guided_json)
+        try:
+            grammar.check()
+        except InputError as exc:
+            raise APIError(400, f"{asked[0]}: {exc}", param=asked[0], code="invalid_grammar") from None
+        return grammar
+
     return app
+
+
+class AnswerFormat:
+    """How one request's answer is written: chat or completions, calls of the offered tools
+    (`tool_names`) parsed from the text or not, log-probabilities or not (`token_bytes`: the target's token bytes, given when asked for).
+    A stream's pieces go through `chunks`, and the rest through `last_chunks` at its end."""
+
+    def __init__(self, chat: bool, tool_names: Optional[frozenset[str]],
+                 token_bytes: Optional[Callable[[int], bytes]]) -> None:
+        self.chat = chat
+        self.token_bytes = token_bytes
+        self.tool_names = tool_names
+        self.calls = ToolCallStream(tool_names) if tool_names else None
+        self.calls_sent = 0
+        self.logprobs_sent = 0
+        self.characters_sent = 0  # the completions API's text_offset of the next token
+
+    # -- a whole answer --------------------------------------------------------------------------
+    def body(self, ids: ResponseIds, result: GenerationResult, anypair: dict[str, Any]) -> dict[str, Any]:
+        logprobs = self.logprobs(result.logprobs or [])
+        if not self.chat:
+            return completion_body(ids, result, anypair, logprobs)
+        message = None
+        if self.calls is not None:
+            parsed = parse_answer(result.text, self.tool_names)
+            if parsed.calls:
+                message = {"role": "assistant", "content": parsed.content,
+                           "tool_calls": [call.openai(new_call_id()) for call in parsed.calls]}
+        return chat_body(ids, result, anypair, message, logprobs)
+
+    def logprobs(self, entries: list[TokenLogprob]) -> Optional[dict[str, Any]]:
+        if self.token_bytes is None:
+            return None
+        if self.chat:
+            return chat_logprobs(entries, self.token_bytes)
+        written = completion_logprobs(entries, self.token_bytes, self.characters_sent)
+        self.characters_sent += sum(len(token) for token in written["tokens"])
+        return written
+
+    # -- a stream --------------------------------------------------------------------------------
+    def chunks(self, ids: ResponseIds, text: str) -> list[dict[str, Any]]:
+        """The chunks of one verified piece of text (a VerifiedText carries its tokens' logprobs)."""
+        entries = list(text.logprobs) if isinstance(text, VerifiedText) else []
+        self.logprobs_sent += len(entries)
+        logprobs = self.logprobs(entries)
+        if not self.chat:
+            return [completion_chunk(ids, text, logprobs=logprobs)]
+        if self.calls is None:
+            return [chat_chunk(ids, {"content": str(text)}, logprobs=logprobs)]
+        return self._deltas(ids, self.calls.feed(text), logprobs)
+
+    def last_chunks(self, ids: ResponseIds, result: GenerationResult) -> list[dict[str, Any]]:
+        """What the stream has not sent at its end: text held back as a possible tool call, and the
+        log-probabilities of tokens that ended the answer without text (an end-of-sequence token)."""
+        rest = (result.logprobs or [])[self.logprobs_sent:]
+        logprobs = self.logprobs(rest) if rest else None
+        pieces = self.calls.finish() if self.calls is not None else []
+        if not pieces and logprobs is None:
+            return []
+        if not self.chat:
+            return [completion_chunk(ids, "", logprobs=logprobs)]
+        return self._deltas(ids, pieces, logprobs) if pieces else [chat_chunk(ids, {}, logprobs=logprobs)]
+
+    def _deltas(self, ids: ResponseIds, pieces: list[Union[str, ToolCall]],
+                logprobs: Optional[dict[str, Any]]) -> list[dict[str, Any]]:
+        deltas: list[dict[str, Any]] = []
+        for piece in pieces:
+            if isinstance(piece, ToolCall):
+                deltas.append({"tool_calls": [piece.openai(new_call_id(), index=self.calls_sent)]})
+                self.calls_sent += 1
+            elif piece:
+                deltas.append({"content": piece})
+        if not deltas and logprobs is not None:
+            deltas.append({})  # the tokens' figures go out even while their text is held back
+        return [chat_chunk(ids, delta, logprobs=logprobs if i == 0 else None) for i, delta in enumerate(deltas)]
+
+    def streamed_finish_reason(self, result: GenerationResult) -> str:
+        return finish_reason(result, self.calls_sent > 0)
 
 
 async def next_event(job: Job, request: Request) -> Event:
