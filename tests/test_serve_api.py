@@ -69,6 +69,19 @@ NEUTRAL = {"best_of": 1, "echo": False,
            "modalities": ["text"], "parallel_tool_calls": True}
 
 
+class OnePieceSession:
+    """A request's loop that writes one piece of text and ends."""
+
+    def __init__(self) -> None:
+        self.result = None
+
+    def steps(self):
+        from anypair.types import GenerationResult, GenerationStats
+
+        yield "piece"
+        self.result = GenerationResult("piece", [1], GenerationStats(new_tokens=1, prompt_tokens=1), "length")
+
+
 class OnePieceGenerator:
     """Answers every request with one piece of text, and records the arguments it was given."""
 
@@ -78,15 +91,17 @@ class OnePieceGenerator:
         chat_template="{% for m in messages %}{{ m.content }}{% endfor %}"))
 
     def __init__(self) -> None:
-        self.last_result = None
         self.arguments: list[dict] = []
 
-    def stream(self, prompt=None, **arguments):
-        from anypair.types import GenerationResult, GenerationStats
+    def batch_scheduler(self, max_batch: int):
+        from anypair.generation.batch import BatchScheduler
 
-        self.arguments.append(arguments)
-        yield "piece"
-        self.last_result = GenerationResult("piece", [1], GenerationStats(new_tokens=1, prompt_tokens=1), "length")
+        def session(slot: int, arguments: dict):
+            self.arguments.append({k: v for k, v in arguments.items() if k != "prompt"})
+            return OnePieceSession(), lambda finished: None
+
+        # the sessions never ask for a forward: the engine is never called
+        return BatchScheduler(self.target_backend, max_batch, session, slope=0.0)
 
 
 @pytest.fixture(scope="module")
