@@ -46,6 +46,9 @@ class _LedgerEntry:
     decision: LedgerDecision
 
 
+#: draft positions kept free past the new tokens: a round's proposal may run ahead of the committed text
+DRAFT_CONTEXT_MARGIN = 16
+
 class AnyPairGenerator:
     """Speculative decoding of `target` with `draft`, whatever their tokenizers.
 
@@ -355,23 +358,42 @@ class AnyPairGenerator:
         if outcome is not None:
             entry.ledger.record(outcome, entry.decision.exploring)
 
+    def _draft_prompt_length(self, request: GenerationRequest, target_ids: list[int]) -> int:
+        return len(target_ids if self.same_vocabulary
+                   else self._draft_prompt_ids(request.prompt, request.messages, target_ids))
+
     def _check_draft_context(self, request: GenerationRequest, target_ids: list[int]) -> None:
         assert self.draft_backend is not None
-        draft_ids = (target_ids if self.same_vocabulary
-                     else self._draft_prompt_ids(request.prompt, request.messages, target_ids))
+        draft_length = self._draft_prompt_length(request, target_ids)
         limit = self.draft_backend.max_context
-        if len(draft_ids) + request.max_new_tokens + 16 > limit:
+        if draft_length + request.max_new_tokens + DRAFT_CONTEXT_MARGIN > limit:
             raise InputError(
-                f"prompt ({len(draft_ids)} draft tokens) + max_new_tokens ({request.max_new_tokens}) exceeds the "
+                f"prompt ({draft_length} draft tokens) + max_new_tokens ({request.max_new_tokens}) exceeds the "
                 f"draft's context of {limit} tokens: use a draft with a longer context, drafter='lookup', "
                 "or assisted=False")
+
+    def room_for_new_tokens(self, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
+                            assisted: bool = True) -> int:
+        """The most new tokens a request for this prompt may ask for: what the target's context leaves
+        after the prompt, and the draft's where a draft model reads it (`anypair generate` writes up to
+        the end-of-turn token within this bound, as llama.cpp's CLI writes to the end of its context)."""
+        request = GenerationRequest.of(prompt, messages=messages, max_new_tokens=1, assisted=assisted)
+        target_ids = self.target.render(request.prompt, request.messages)
+        room = self.target_backend.max_context - len(target_ids)
+        if self.plan(request).drafts_with_model:
+            assert self.draft_backend is not None
+            room = min(room, self.draft_backend.max_context - self._draft_prompt_length(request, target_ids)
+                       - DRAFT_CONTEXT_MARGIN)
+        return room
 
     def generate(self, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
                  max_new_tokens: int = 128, stop: Union[str, Sequence[str], None] = None,
                  do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                  seed: Optional[int] = None, assisted: bool = True, ignore_eos: bool = False) -> GenerationResult:
         """Generate up to `max_new_tokens` target tokens (exactly that many with `ignore_eos=True`, unless a
-        stop string ends it); returns text, target ids and statistics."""
+        stop string ends it); returns text, target ids and statistics. The default of 128 bounds a library
+        call's time; `anypair generate` asks for `room_for_new_tokens` instead, so an answer ends where
+        the model ends it."""
         with self._claim("a generate() call"):
             session, ledger_entry = self._session(GenerationRequest.of(
                 prompt, messages=messages, max_new_tokens=max_new_tokens, stop=stop, do_sample=do_sample,
