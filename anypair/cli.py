@@ -18,7 +18,9 @@ from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 GGUF_ENGINE_RUNS = "llama, qwen2, qwen3, phi3, gemma2, gemma3"
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
+def _add_model_args(p: argparse.ArgumentParser, max_new_tokens: Optional[int] = 128) -> None:
+    """The model and engine flags `generate`, `serve` and `bench` share; `max_new_tokens=None`: by default
+    a request runs to the end of its answer (within the context)."""
     p.add_argument("-m", "--model", default=DEFAULT_TARGET, help=f"target model (default {DEFAULT_TARGET})")
     p.add_argument("-a", "--assistant-model", default=DEFAULT_DRAFT, help=f"draft model (default {DEFAULT_DRAFT})")
     p.add_argument("--drafter", choices=list(DRAFTERS), default=next(iter(DRAFTERS)),
@@ -54,7 +56,12 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--linear-kernel", choices=["auto", "skinny", "torch"], default="auto",
                    help="CPU kernel for the models' linear layers: auto (time both, keep the faster), "
                         "skinny (anypair's blocked kernel for few-token steps) or torch")
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    if max_new_tokens is None:
+        p.add_argument("--max-new-tokens", type=int, default=None,
+                       help="cap on the tokens generated (default: up to the model's end-of-turn token, bounded by "
+                            "the context, as llama.cpp's CLI)")
+    else:
+        p.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
 
 
 def _generator_options(args) -> dict:
@@ -93,16 +100,17 @@ def run_generate(args) -> int:
     check_text(args.prompt, "the prompt")
     SamplingConfig(do_sample=args.do_sample, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                    seed=args.seed)
-    console = Console(stderr=True)
+    # stats lines stay whole lines whatever the terminal's width (and in a log)
+    console = Console(stderr=True, soft_wrap=True)
     gen = _load_pair(args, options, assisted=not args.no_assisted)
     chat = not args.raw and gen.target.has_chat_template
-    request = dict(max_new_tokens=args.max_new_tokens, stop=args.stop or None, do_sample=args.do_sample,
-                   temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-                   assisted=not args.no_assisted)
+    request = dict(stop=args.stop or None, do_sample=args.do_sample, temperature=args.temperature, top_k=args.top_k,
+                   top_p=args.top_p, seed=args.seed, assisted=not args.no_assisted)
     if chat:
         request["messages"] = [{"role": "user", "content": args.prompt}]
     else:
         request["prompt"] = args.prompt
+    request["max_new_tokens"] = _room_for_answer(gen, request) if args.max_new_tokens is None else args.max_new_tokens
     if args.stream:
         for chunk in gen.stream(**request):
             sys.stdout.write(chunk)
@@ -126,6 +134,16 @@ def run_generate(args) -> int:
     if s.drafting_skipped:
         console.print(f"[yellow]{s.drafting_skipped}[/yellow]")
     return 0
+
+
+def _room_for_answer(gen, request: dict) -> int:
+    """The default cap of `generate`: all the context leaves after the prompt."""
+    room = gen.room_for_new_tokens(request.get("prompt"), messages=request.get("messages"),
+                                   assisted=request["assisted"])
+    if room < 1:
+        raise InputError("the prompt fills the model's context (no room left for an answer): shorten it, "
+                         "or give a longer --context")
+    return room
 
 
 def run_serve(args) -> int:
@@ -267,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("generate", help="generate text with the target, assisted by the draft")
     g.add_argument("prompt")
-    _add_model_args(g)
+    _add_model_args(g, max_new_tokens=None)
     g.add_argument("--raw", action="store_true", help="treat the prompt as raw text to continue (default: a chat message when the target has a chat template)")
     g.add_argument("--no-assisted", action="store_true", help="the target alone, for comparison")
     g.add_argument("--stream", action="store_true")

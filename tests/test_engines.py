@@ -54,15 +54,17 @@ def test_auto_falls_back_when_a_format_fails_the_contract(zoo_fetch, monkeypatch
     from anypair.backends import contract
     from anypair.generation import members
 
-    real = contract.check_batch_invariance
+    real = contract.check_contract
 
-    def fp16_breaks(backend, prefix, probe):
-        report = real(backend, prefix, probe)
+    def fp16_breaks(backend, probe_ids, shapes=contract.VERIFICATION_SHAPES):
+        report = real(backend, probe_ids, shapes)
         if any(type(m).__name__ == "Fp16Linear" for m in backend.model.modules()):
-            return contract.InvarianceReport(report.k, 1.0, report.max_abs_logit, report.argmax_agrees)
+            worst = report.worst
+            return contract.ContractReport((contract.InvarianceReport(
+                worst.k, 1.0, worst.max_abs_logit, worst.argmax_agrees, context=worst.context),))
         return report
 
-    monkeypatch.setattr(contract, "check_batch_invariance", fp16_breaks)
+    monkeypatch.setattr(contract, "check_contract", fp16_breaks)
     from anypair.backends import weights
 
     monkeypatch.setattr(weights, "candidate_weights", lambda device: ["fp16", "fp32"])

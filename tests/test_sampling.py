@@ -424,12 +424,12 @@ def test_the_race_keeps_the_law_of_a_long_tail():
     assert chi_square_p_value(counts, bins) > ALPHA
 
     class Float32Ziggurat(PositionNoise):
-        def exponential(self, position: int, rows: int) -> torch.Tensor:
+        def exponential(self, position: int, rows: int, device="cpu") -> torch.Tensor:
             import numpy as np
 
             generator = np.random.Generator(np.random.SFC64(np.random.SeedSequence((self.key, position))))
             draws = generator.standard_exponential(rows, dtype=np.float32).astype(np.float64)
-            return torch.from_numpy(np.maximum(draws, np.finfo(np.float64).tiny))
+            return torch.from_numpy(np.maximum(draws, np.finfo(np.float64).tiny)).to(device)
 
     coarse = Float32Ziggurat()
     coarse.rekey(1)
@@ -451,6 +451,47 @@ def test_position_noise_depends_on_key_and_position_only():
     assert float(first.exponential(2, 100_000).mean()) == pytest.approx(1.0, abs=0.02)  # Exp(1)
     with pytest.raises(RuntimeError, match="rekey"):
         PositionNoise().exponential(0, 10)
+
+
+def test_the_noise_is_drawn_on_the_cpu_and_copied_to_the_logits_device():
+    noise = PositionNoise()
+    noise.rekey(2**63 + 12345)
+    # a key's draws at a position are pinned: a seed keeps its text across releases and across devices
+    pinned = [0.15439319015705333, 1.5771726962938084, 0.29324972369090974, 0.07271743296684637]
+    assert noise.exponential(7, 4).tolist() == pinned
+    on_meta = noise.exponential(7, 4, "meta")
+    assert on_meta.device.type == "meta" and on_meta.dtype == torch.float64 and on_meta.shape == (4,)
+    assert noise.exponential(7, 4).tolist() == pinned  # the device copy left the CPU row as it was
+    with pytest.raises(ValueError, match="ask PositionNoise.exponential for the probabilities' device"):
+        keyed_sample(torch.ones(4, device="meta"), noise.exponential(7, 4))
+
+
+def test_the_verifier_races_on_the_logits_device(monkeypatch):
+    """A GPU's logits faked on the CPU (FakeTensorMode: tensors that say they are on cuda and fail as
+    CUDA does when mixed with CPU tensors, as the keyed noise did on an H100): the whole race, warping
+    (temperature: top-k and top-p write scalars, which fake tensors cannot) and the noise included, runs
+    on the logits' device. Reading the winner back needs real data, so the race is recorded, not read."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from anypair.sampling import keyed
+    from anypair.verifiers import sampling as verifier_module
+
+    races = []
+
+    def recorded_sample(probs: torch.Tensor, noise_row: torch.Tensor) -> int:
+        race = keyed.keyed_race(probs, noise_row)
+        races.append((probs.device, noise_row.device, race.device))
+        return 0
+
+    monkeypatch.setattr(verifier_module, "keyed_sample", recorded_sample)
+    verifier = SamplingVerifier(SamplingConfig(do_sample=True, temperature=0.7, seed=3))
+    verifier.noise.rekey(5)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        logits = torch.empty(QWEN_ROWS, device="cuda")
+        verifier.target_sample(logits, 0)
+        verifier.target_sample(logits.unsqueeze(0), 1)  # a [1, V] row, as a batch's forward gives
+    cuda = torch.device("cuda", 0)
+    assert races == [(cuda, cuda, cuda)] * 2
 
 
 def test_same_seed_same_tokens_other_seed_other_tokens(qwen_sized_pair, qwen_sized_draft_probs):

@@ -130,8 +130,9 @@ def member_from_backend(backend: ModelBackend, hf_tokenizer: Any, *, role: str, 
 
 
 def check_target_contract(member: LoadedModel):
-    """The batch-invariance contract (backends.contract) measured on a loaded target."""
-    from anypair.backends.contract import PROBE_TEXT, check_batch_invariance
+    """The batch-invariance contract (backends.contract) measured on a loaded target, in the shapes
+    verification uses (row counts after cached contexts of several lengths)."""
+    from anypair.backends.contract import PROBE_TEXT, check_contract, contract_shapes
 
     ids = member.tokenizer.encode_continuation(PROBE_TEXT)
-    return check_batch_invariance(member.backend, ids[:-4], ids[-4:])
+    return check_contract(member.backend, ids, contract_shapes(member.backend))

@@ -57,6 +57,9 @@ class _LedgerEntry:
     decision: LedgerDecision
 
 
+#: draft positions kept free past the new tokens: a round's proposal may run ahead of the committed text
+DRAFT_CONTEXT_MARGIN = 16
+
 class AnyPairGenerator:
     """Speculative decoding of `target` with `draft`, whatever their tokenizers.
 
@@ -397,16 +400,33 @@ class AnyPairGenerator:
         if outcome is not None:
             entry.ledger.record(outcome, entry.decision.exploring)
 
+    def _draft_prompt_length(self, request: GenerationRequest, target_ids: list[int]) -> int:
+        return len(target_ids if self.same_vocabulary
+                   else self._draft_prompt_ids(request.prompt, request.messages, target_ids, request.tools))
+
     def _check_draft_context(self, request: GenerationRequest, target_ids: list[int]) -> None:
         assert self.draft_backend is not None
-        draft_ids = (target_ids if self.same_vocabulary
-                     else self._draft_prompt_ids(request.prompt, request.messages, target_ids, request.tools))
+        draft_length = self._draft_prompt_length(request, target_ids)
         limit = self.draft_backend.max_context
-        if len(draft_ids) + request.max_new_tokens + 16 > limit:
+        if draft_length + request.max_new_tokens + DRAFT_CONTEXT_MARGIN > limit:
             raise InputError(
-                f"prompt ({len(draft_ids)} draft tokens) + max_new_tokens ({request.max_new_tokens}) exceeds the "
+                f"prompt ({draft_length} draft tokens) + max_new_tokens ({request.max_new_tokens}) exceeds the "
                 f"draft's context of {limit} tokens: use a draft with a longer context, drafter='lookup', "
                 "or assisted=False")
+
+    def room_for_new_tokens(self, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
+                            assisted: bool = True) -> int:
+        """The most new tokens a request for this prompt may ask for: what the target's context leaves
+        after the prompt, and the draft's where a draft model reads it (`anypair generate` writes up to
+        the end-of-turn token within this bound, as llama.cpp's CLI writes to the end of its context)."""
+        request = GenerationRequest.of(prompt, messages=messages, max_new_tokens=1, assisted=assisted)
+        target_ids = self.target.render(request.prompt, request.messages)
+        room = self.target_backend.max_context - len(target_ids)
+        if self.plan(request).drafts_with_model:
+            assert self.draft_backend is not None
+            room = min(room, self.draft_backend.max_context - self._draft_prompt_length(request, target_ids)
+                       - DRAFT_CONTEXT_MARGIN)
+        return room
 
     def generate(self, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
                  max_new_tokens: int = 128, stop: Union[str, Sequence[str], None] = None,
@@ -424,7 +444,9 @@ class AnyPairGenerator:
         own text under it. `tools`: OpenAI's tool definitions, rendered by each model's chat template
         with `messages`. `logit_bias`: target id -> a bias from -100 to 100 added to its logit at every
         position (before temperature and sampling), as the target alone adds it. `frequency_penalty`,
-        `presence_penalty` (-2 to 2): OpenAI's penalties on generated tokens, the same way."""
+        `presence_penalty` (-2 to 2): OpenAI's penalties on generated tokens, the same way. The default of
+        128 bounds a library call's time; `anypair generate` asks for `room_for_new_tokens` instead, so
+        an answer ends where the model ends it."""
         for _ in self._one_request("a generate() call", dict(
                 prompt=prompt, messages=messages, max_new_tokens=max_new_tokens, stop=stop, do_sample=do_sample,
                 temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, assisted=assisted,

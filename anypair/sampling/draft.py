@@ -100,6 +100,9 @@ def sample_draft_token(
         raise ValueError(f"sample_draft_token wants one row of draft logits [V], got shape {tuple(draft_logits.shape)}")
     if vocab_map is None:
         vocab_map = IdentityMap(draft_logits.shape[0])
+    # the draft's pick is made where the vocabulary map lives (the CPU), whatever device ran the
+    # draft: its numerics never reach the output, and `noise_row` holds the same values everywhere
+    draft_logits = draft_logits.to(vocab_map.draft_to_target.device)
     in_intersection = intersection_mask(vocab_map, draft_logits.shape[0])
     if not intersection_share(draft_logits, in_intersection, cfg) >= min_intersection_mass:  # also catches NaN
         return None

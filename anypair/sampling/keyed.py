@@ -14,7 +14,9 @@ the policy decided and however busy the machine was.
 
 The noise comes from a counter-based generator (numpy's Philox, keyed by request key and
 position), so a position's vector costs the same whichever position came before, and a drafter may
-read the noise of positions it is proposing for (coupled drafts: `sample_draft_token`).
+read the noise of positions it is proposing for (coupled drafts: `sample_draft_token`). The draws are
+always made on the CPU and copied to the device of the logits they race against: a GPU's own generator
+would draw other values, so the same seed gives the same text on every device whose logits agree.
 """
 from __future__ import annotations
 
@@ -24,8 +26,10 @@ from typing import Optional
 import numpy as np
 import torch
 
-#: noise vectors kept: a coupled drafter reads a position's row a round before the verifier does
+#: positions whose noise is kept: a coupled drafter reads a position's row a round before the verifier does
 CACHED_POSITIONS = 16
+#: rows kept: each position's CPU draws and their copy on the logits' device
+CACHED_ROWS = 2 * CACHED_POSITIONS
 
 
 def draw_request_key(generator: torch.Generator) -> int:
@@ -40,7 +44,7 @@ class PositionNoise:
 
     def __init__(self) -> None:
         self._key: Optional[int] = None
-        self._rows: "OrderedDict[tuple[int, int], torch.Tensor]" = OrderedDict()
+        self._rows: "OrderedDict[tuple[int, int, torch.device], torch.Tensor]" = OrderedDict()
 
     @property
     def key(self) -> Optional[int]:
@@ -52,35 +56,57 @@ class PositionNoise:
         self._key = key
         self._rows.clear()
 
-    def exponential(self, position: int, rows: int) -> torch.Tensor:
-        """float64 [rows] of Exp(1) draws for `position`, the same on every call."""
+    def exponential(self, position: int, rows: int, device: "torch.device | str" = "cpu") -> torch.Tensor:
+        """float64 [rows] of Exp(1) draws for `position`, on `device` (the device of the logits they
+        race against); the same values on every call and on every device."""
         if self._key is None:
             raise RuntimeError("PositionNoise.exponential before rekey: the request has no key yet")
         if position < 0:
             raise ValueError(f"positions count generated tokens from 0, got {position}")
-        cached = self._rows.get((position, rows))
+        device = torch.device(device)
+        cached = self._cached(position, rows, device)
         if cached is not None:
-            self._rows.move_to_end((position, rows))
             return cached
-        bit_generator = np.random.Philox(key=(self._key << 64) | position)
-        draws = np.random.Generator(bit_generator).standard_exponential(rows)
-        # an Exp(1) draw of exactly 0 (probability ~2^-53) would divide by zero: the next float up
-        # changes nothing a sample could notice
-        np.maximum(draws, np.finfo(np.float64).tiny, out=draws)
-        row = torch.from_numpy(draws)
-        self._rows[(position, rows)] = row
-        if len(self._rows) > CACHED_POSITIONS:
+        on_cpu = self._cached(position, rows, torch.device("cpu"))
+        if on_cpu is None:
+            bit_generator = np.random.Philox(key=(self._key << 64) | position)
+            draws = np.random.Generator(bit_generator).standard_exponential(rows)
+            # an Exp(1) draw of exactly 0 (probability ~2^-53) would divide by zero: the next float up
+            # changes nothing a sample could notice
+            np.maximum(draws, np.finfo(np.float64).tiny, out=draws)
+            on_cpu = self._keep(position, rows, torch.device("cpu"), torch.from_numpy(draws))
+        # a copy of the CPU draws, never a device generator's own: the values decide the text
+        return on_cpu if device.type == "cpu" else self._keep(position, rows, device, on_cpu.to(device))
+
+    def _cached(self, position: int, rows: int, device: torch.device) -> Optional[torch.Tensor]:
+        row = self._rows.get((position, rows, device))
+        if row is not None:
+            self._rows.move_to_end((position, rows, device))
+        return row
+
+    def _keep(self, position: int, rows: int, device: torch.device, row: torch.Tensor) -> torch.Tensor:
+        self._rows[(position, rows, device)] = row
+        if len(self._rows) > CACHED_ROWS:
             self._rows.popitem(last=False)
         return row
+
+
+def keyed_race(probs: torch.Tensor, noise_row: torch.Tensor) -> torch.Tensor:
+    """float64 probs(v) / noise_row(v), computed where `probs` lives (the noise must be there too:
+    `PositionNoise.exponential(..., device=probs.device)`); its argmax is the keyed sample."""
+    if probs.dim() != 1 or noise_row.shape != probs.shape:
+        raise ValueError(f"keyed_sample wants a 1-D weight vector and a noise row of the same shape, got "
+                         f"{tuple(probs.shape)} and {tuple(noise_row.shape)}")
+    if noise_row.device != probs.device:
+        raise ValueError(f"the noise row is on {noise_row.device} but the probabilities are on {probs.device}: "
+                         "ask PositionNoise.exponential for the probabilities' device")
+    return probs.to(torch.float64) / noise_row
 
 
 def keyed_sample(probs: torch.Tensor, noise_row: torch.Tensor) -> int:
     """argmax_v probs(v) / noise_row(v): one draw from `probs` (non-negative weights, need not sum
     to 1) decided by `noise_row`. A zero-probability id never wins against a positive one."""
-    if probs.dim() != 1 or noise_row.shape != probs.shape:
-        raise ValueError(f"keyed_sample wants a 1-D weight vector and a noise row of the same shape, got "
-                         f"{tuple(probs.shape)} and {tuple(noise_row.shape)}")
-    race = probs.to(torch.float64) / noise_row
+    race = keyed_race(probs, noise_row)
     token_id = int(torch.argmax(race))
     if not float(race[token_id]) > 0.0:
         raise ValueError("cannot sample from a distribution with no positive probability")

@@ -45,7 +45,7 @@ class SamplingVerifier(Verifier):
     def target_sample(self, target_logits_row: torch.Tensor, position: int) -> int:
         """x_position: the target's keyed sample from one row of its logits."""
         probs = warp_logits(target_logits_row.reshape(-1), self.cfg)
-        return keyed_sample(probs, self.noise.exponential(position, probs.shape[0]))
+        return keyed_sample(probs, self.noise.exponential(position, probs.shape[0], probs.device))
 
     def first_token(self, target_logits: torch.Tensor) -> int:
         self.noise.rekey(draw_request_key(self.generator))

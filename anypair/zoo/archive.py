@@ -34,11 +34,9 @@ def open_member(archive: Path, member_path: str) -> Iterator[IO[bytes]]:
         raise FetchError(f"{archive.name} is not a readable archive ({error}); run `anypair fetch` again.") from error
 
 
-def copy_member(archive: Path, member_path: str, sink: IO[bytes], digest: "hashlib._Hash", on_bytes=None) -> None:
-    """Append one member's bytes to `sink`, feeding them to `digest` (and to `on_bytes(n)` for progress)."""
+def copy_member(archive: Path, member_path: str, sink: IO[bytes], digest: "hashlib._Hash") -> None:
+    """Append one member's bytes to `sink`, feeding them to `digest`."""
     with open_member(archive, member_path) as stream:
         while chunk := stream.read(_CHUNK):
             sink.write(chunk)
             digest.update(chunk)
-            if on_bytes is not None:
-                on_bytes(len(chunk))

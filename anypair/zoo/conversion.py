@@ -152,13 +152,11 @@ def _check_folder(model: ModelAsset, folder: Path, expects_chat_template: bool) 
 
 
 @contextlib.contextmanager
-def _transformers_silenced(silenced: bool):
-    """A quiet conversion (`anypair fetch --quiet`: errors only): transformers' info logs off, and what
-    the libraries write to sys.stderr themselves (the GGUF reader's own tqdm bar, which no transformers
-    setting reaches) kept from the terminal; everything is restored afterwards, and errors still raise."""
-    if not silenced:
-        yield
-        return
+def _transformers_silenced():
+    """A conversion that shows one line at most (none with `anypair fetch --quiet`): transformers' info logs
+    off, and what the libraries write to sys.stderr themselves (the GGUF reader's own tqdm bar, which no
+    transformers setting reaches) kept from the terminal; everything is restored afterwards, and errors
+    still raise."""
     from transformers.utils import logging as transformers_logging
 
     bars, verbosity = transformers_logging.is_progress_bar_enabled(), transformers_logging.get_verbosity()
@@ -182,9 +180,9 @@ def convert_gguf(model: ModelAsset, gguf: Path, *, tokenizer_json: Path | None, 
     scratch = scratch_dir("convert-" + model.folder_name)
     (scratch / "tokenizer-source").mkdir()
     try:
-        if progress:
+        if progress:  # the one line of the step: the libraries' own bars and notices are kept off the terminal
             print(f"Converting {model.hub_id} from GGUF (dequantizing to bfloat16) ...", file=sys.stderr, flush=True)
-        with _transformers_silenced(not progress):
+        with _transformers_silenced():
             network = _load_dequantized(gguf, torch.bfloat16)
             network.save_pretrained(scratch)
             del network
@@ -208,6 +206,4 @@ def convert_gguf(model: ModelAsset, gguf: Path, *, tokenizer_json: Path | None, 
         os.replace(scratch, target)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    if progress:
-        print(f"  converted in {record.seconds:.0f} s -> {target}", file=sys.stderr, flush=True)
     return target

