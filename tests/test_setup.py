@@ -70,7 +70,7 @@ def test_the_default_pair_runs_without_llama_cpp_and_a_llama_cpp_member_says_how
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # `import llama_cpp` now fails, as when it is not installed
     assert resolve_engine("Qwen/Qwen2.5-Coder-1.5B-Instruct", "auto", "target") == "gguf"
     assert resolve_engine("HuggingFaceTB/SmolLM2-135M-Instruct", "auto", "draft") == "gguf"
-    with pytest.raises(BackendError, match=r"needs llama-cpp-python: pip install 'anypair\[llama\]'") as refused:
+    with pytest.raises(BackendError, match=r"needs llama-cpp-python: anypair install llama\.cpp \(builds llama-cpp-python 0\.3\.36 for this CPU") as refused:
         load_member("HuggingFaceTB/SmolLM2-135M-Instruct", role="draft", engine="llama.cpp")
     assert "\n" not in str(refused.value)
 
