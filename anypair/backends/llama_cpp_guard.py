@@ -104,9 +104,8 @@ def install_llama_cpp(*, progress: bool = True) -> Path:
                                f"CMAKE_ARGS='{' '.join(cmake_args)}' pip install {LLAMA_CPP_PYTHON}")
     _run_pip([sys.executable, "-m", "pip", "install", "--force-reinstall", "--no-deps", str(wheels[-1])], env,
              f"installing {wheels[-1].name}", progress)
-    # its few pure-Python dependencies, already satisfied in most environments
-    _run_pip([sys.executable, "-m", "pip", "install", "typing-extensions>=4.5", "numpy>=1.20", "diskcache>=5.6.1",
-              "jinja2>=2.11.3"], env, "checking its dependencies", progress)
+    # its dependencies as the wheel's own metadata names them (already satisfied in most environments)
+    _run_pip([sys.executable, "-m", "pip", "install", str(wheels[-1])], env, "checking its dependencies", progress)
     return wheels[-1]
 
 

@@ -90,8 +90,8 @@ REFUSED: tuple[RefusedField, ...] = (
     RefusedField("min_p", BOTH, _zero, "0", "min-p truncation is not offered: use top_p or top_k"),
     RefusedField("typical_p", BOTH, _one, "1", "typical sampling is not offered: use top_p or top_k"),
     RefusedField("repetition_penalty", BOTH, _one, "1",
-                 "a repetition penalty changes the target's distribution, so its text would no longer be the "
-                 "target's own"),
+                 "the multiplicative repetition penalty is not offered: send frequency_penalty or "
+                 "presence_penalty (served exactly)"),
     RefusedField("min_tokens", BOTH, _zero, "0", "forbidding the end before a length is not offered"),
     RefusedField("guided_choice", BOTH, _absent, "null", "choice constraints are not offered"),
     RefusedField("guided_grammar", BOTH, _absent, "null",
