@@ -103,6 +103,20 @@ def test_the_verdict_is_cached_per_build_and_file(crashing_llama_cpp, monkeypatc
     assert guard.probe_failure(crashing_llama_cpp, threads=1) == first
 
 
+def test_a_probe_that_fails_without_crashing_is_not_cached(crashing_llama_cpp, monkeypatch):
+    """A Python error in the child (here: a `llama_cpp` without `Llama`, as an unrelated folder of that
+    name on the child's path gives) is reported, and the next call probes again: only a clean run or
+    a crash says something lasting about the build on this file."""
+    (crashing_llama_cpp.parent / "shim" / "llama_cpp" / "__init__.py").write_text("")
+    first = guard.probe_failure(crashing_llama_cpp, threads=1)
+    assert first is not None and "exit 1" in first and "Llama" in first
+    probes = []
+    real_run = subprocess.run
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: probes.append(a) or real_run(*a, **k))
+    assert guard.probe_failure(crashing_llama_cpp, threads=1) == first
+    assert len(probes) == 1
+
+
 def test_the_llama_cpp_engine_refuses_in_one_line_when_llama_cpp_crashes(zoo_fetch, crashing_llama_cpp):
     """The engine reads the file's metadata first (a real GGUF: a vocabulary-only one), then probes."""
     from anypair.backends.llama_cpp import LlamaCppBackend

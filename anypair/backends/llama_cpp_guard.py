@@ -182,8 +182,10 @@ def probe_failure(gguf: Path, threads: int) -> Optional[str]:
         verdict = (f"llama.cpp crashed with {name} decoding {gguf.name}{cause}; rebuild it for this CPU: "
                    f"{LLAMA_CPP_INSTALL}")
     else:
+        # an exception in the child (an import that found another `llama_cpp`, a full disk) says
+        # nothing lasting about this build on this file: reported, not cached, probed again next time
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        verdict = f"llama.cpp failed to decode {gguf.name} in a probe (exit {done.returncode}: {last})"
+        return f"llama.cpp failed to decode {gguf.name} in a probe (exit {done.returncode}: {last})"
     verdicts[key] = verdict
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)

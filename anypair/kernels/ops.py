@@ -12,6 +12,7 @@ to F32 with gguf's own code (exact values), so every GGUF type runs, the rare on
 from __future__ import annotations
 
 import ctypes
+import mmap
 from dataclasses import dataclass, field
 from typing import Literal, Optional, Sequence
 
@@ -106,6 +107,24 @@ class QuantWeight:
         return cls(_F32, rows, cols, values.view(np.uint8).reshape(rows, -1), bias, f"{qtype.name} as F32")
 
 
+_HUGE_PAGE = 2 << 20
+
+
+def huge_page_bytes(size: int) -> np.ndarray:
+    """`size` uninitialised bytes on 2 MB pages where the OS gives them (Linux transparent huge
+    pages, asked for with madvise, which is what most distributions' default "madvise" mode needs):
+    a step streams every weight once, and on 4 KB pages each 4 KB costs a TLB miss on the way.
+    Measured on 2 Zen 4 threads, interleaved A/B: 2-3% off a step of either model of the default pair."""
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)  # Linux only
+    if size < _HUGE_PAGE or advice is None:
+        return np.empty(size, dtype=np.uint8)
+    region = mmap.mmap(-1, size + _HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    whole = np.frombuffer(region, dtype=np.uint8)
+    start = (-whole.ctypes.data) % _HUGE_PAGE
+    region.madvise(advice, start, size - size % mmap.PAGESIZE)
+    return whole[start:start + size]
+
+
 def _interleave(ggml_type: int, rows: np.ndarray, count: int, cols: int) -> tuple[int, np.ndarray]:
     """Q4_1/Q5_0/Q4_K/Q6_K rows -> (kernel type, interleaved bytes): groups of 16 rows (csrc/repack.c)."""
     lib = load_library()
@@ -113,7 +132,7 @@ def _interleave(ggml_type: int, rows: np.ndarray, count: int, cols: int) -> tupl
     if size == 0:
         block = 32 if ggml_type in (3, 6) else 256
         raise ValueError(f"{NATIVE_TYPES[ggml_type]} matrix [{count}, {cols}]: columns must be a multiple of {block}")
-    packed = np.empty(size, dtype=np.uint8)
+    packed = huge_page_bytes(size)
     kernel_type = lib.ap_repack(ggml_type, rows.ctypes.data, rows.shape[1], count, cols, packed.ctypes.data, 0)
     if kernel_type < 0:
         raise ValueError(f"cannot interleave a {NATIVE_TYPES[ggml_type]} matrix [{count}, {cols}]")
