@@ -53,6 +53,9 @@ def _add_model_args(p: argparse.ArgumentParser, max_new_tokens: Optional[int] = 
     p.add_argument("--context", type=int, default=None,
                    help="context length of the gguf and llama.cpp engines (default min(trained, 8192))")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--device", default=None,
+                   help="torch device of the torch engine's members: cpu, cuda, cuda:N (default: each engine's own: "
+                        "the gguf and llama.cpp engines run on the CPU, torch on the GPU when there is one)")
     p.add_argument("--linear-kernel", choices=["auto", "skinny", "torch"], default="auto",
                    help="CPU kernel for the models' linear layers: auto (time both, keep the faster), "
                         "skinny (anypair's blocked kernel for few-token steps) or torch")
@@ -67,7 +70,7 @@ def _add_model_args(p: argparse.ArgumentParser, max_new_tokens: Optional[int] = 
 def _generator_options(args) -> dict:
     """The AnyPairGenerator options that `generate` and `bench` share."""
     return dict(draft_length=args.draft_length, num_draft_tokens=args.num_draft_tokens, weights=args.weights,
-                threads=args.threads, draft_weights=args.draft_weights, engine=args.engine,
+                threads=args.threads, device=args.device, draft_weights=args.draft_weights, engine=args.engine,
                 draft_engine=args.draft_engine, context=args.context, linear_kernel=args.linear_kernel,
                 confidence_threshold=args.confidence_threshold, skip_losing_drafts=args.skip_losing_drafts,
                 **({} if args.draft_window is None else dict(draft_window=args.draft_window)))

@@ -165,6 +165,21 @@ def test_auto_runs_a_zoo_draft_on_the_gguf_engine_or_llama_cpp(zoo_fetch):
         resolve_engine("/tmp/model.gguf", "torch", "target")
 
 
+def test_with_no_device_a_gguf_member_runs_on_the_cpu_of_a_gpu_machine(zoo_fetch, monkeypatch):
+    """Where torch sees a GPU, the default pair still loads with no flags: each member on its engine's
+    own device (was: device "cuda" for every member, which the gguf engine refused); a device the
+    engine cannot use, named, is still refused in one line."""
+    from anypair import AnyPairGenerator
+    from anypair.backends.quantized_gguf import QuantizedGGUFBackend
+    from anypair.generation.members import load_member
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    pair = AnyPairGenerator(SMOL, SMOL, threads=1, context=256)
+    assert isinstance(pair.target_backend, QuantizedGGUFBackend) and isinstance(pair.draft_backend, QuantizedGGUFBackend)
+    with pytest.raises(InputError, match="runs on cpu, not 'cuda'"):
+        load_member(SMOL, role="draft", engine="gguf", device="cuda")
+
+
 @pytest.mark.slow
 def test_gguf_target_on_llama_cpp_with_a_draft_of_another_vocabulary(zoo_fetch, smol_llama):
     """A user's own GGUF as the target (llama.cpp), drafted by a model of another vocabulary."""

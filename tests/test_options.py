@@ -43,9 +43,11 @@ def test_weight_names_are_normalised_and_dtype_is_the_older_name_of_weights():
         GeneratorOptions.of(dtype=torch.int8)
 
 
-def test_device_defaults_to_the_gpu_only_when_there_is_one():
-    assert GeneratorOptions().device == ("cuda" if torch.cuda.is_available() else "cpu")
+def test_device_defaults_to_each_engines_own_and_a_bad_one_is_refused():
+    assert GeneratorOptions().device is None  # the gguf engine: the CPU; torch: the GPU when there is one
     assert GeneratorOptions.of(device="cpu").device == "cpu"
+    with pytest.raises(InputError, match="not a torch device"):
+        GeneratorOptions.of(device="gpu0")
 
 
 @pytest.mark.parametrize("options, named", [

@@ -239,7 +239,7 @@ def transformers_target(member: LoadedModel, spec: str, weights: str = "auto") -
         return member
     from anypair.generation.members import load_member
 
-    return load_member(spec, role="target", engine="torch", weights=weights)
+    return load_member(spec, role="target", engine="torch", weights=weights, device="cpu")
 
 
 class TransformersMethod:

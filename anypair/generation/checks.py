@@ -58,6 +58,8 @@ def check_engine(engine: object, what: str = "engine") -> None:
 def check_member_options(engine: object, draft_engine: object, backend: object, linear_kernel: object,
                          context: object, device: object) -> None:
     """The options that choose how each model is loaded and run."""
+    import torch
+
     from anypair.backends.skinny_linear import KERNELS
     from anypair.backends.torch_engine import BACKENDS
 
@@ -70,8 +72,13 @@ def check_member_options(engine: object, draft_engine: object, backend: object, 
     if context is not None and (not _is_int(context) or context < 16):
         raise InputError(f"context must be an integer of at least 16 tokens, got {context!r}: "
                          "leave it unset for min(the model's trained context, 8192)")
-    if not isinstance(device, str) or not device:
-        raise InputError(f"device must be a string such as 'cpu' or 'cuda', got {device!r}")
+    if device is not None and (not isinstance(device, str) or not device):
+        raise InputError(f"device must be a string such as 'cpu' or 'cuda' (or None: each engine's own), got {device!r}")
+    if device is not None:
+        try:
+            torch.device(device)
+        except (RuntimeError, TypeError):
+            raise InputError(f"device {device!r} is not a torch device: use cpu, cuda or cuda:N") from None
 
 
 def check_text(text: str, what: str) -> None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
+import torch
+
 from anypair.backends.engines import Engine, engine_named, engines
 from anypair.backends.member import LoadedModel, LoadOptions, ModelSpec
 from anypair.backends.sources import LOADED, is_gguf_file, source_kinds
@@ -68,21 +70,24 @@ def resolve_engine(spec: ModelSpec, engine: str, role: str, weights: str = "auto
     return next((c.name for c in candidates if c.runs(spec)), candidates[0].name)
 
 
-def load_member(spec: ModelSpec, *, role: str, engine: str = "auto", weights: str = "auto", device: str = "cpu",
+def load_member(spec: ModelSpec, *, role: str, engine: str = "auto", weights: str = "auto", device: Optional[str] = None,
                 backend: str = "torch", linear_kernel: str = "auto", threads: Optional[int] = None,
                 context: Optional[int] = None) -> LoadedModel:
-    """Load a target or draft `spec` onto the engine `resolve_engine` picks."""
+    """Load a target or draft `spec` onto the engine `resolve_engine` picks, on `device` (None: the
+    engine's own device, the GPU for torch when there is one)."""
     from anypair.kernels.build import KernelUnavailable
 
     if isinstance(spec, LoadedModel):
         return spec
-    options = LoadOptions(weights=weights, device=device, backend=backend, linear_kernel=linear_kernel,
-                          threads=threads, context=context)
     failed: tuple[str, ...] = ()
     while True:
         chosen = engine_named(resolve_engine(spec, engine, role, weights, excluded=failed))
-        if chosen.devices is not None and device not in chosen.devices:
-            raise InputError(f"the {chosen.name} engine runs on {', '.join(chosen.devices)}, not {device!r}: "
+        on = device if device is not None else chosen.devices[0] if chosen.devices else (
+            "cuda" if torch.cuda.is_available() else "cpu")
+        options = LoadOptions(weights=weights, device=on, backend=backend, linear_kernel=linear_kernel,
+                              threads=threads, context=context)
+        if chosen.devices is not None and on not in chosen.devices:
+            raise InputError(f"the {chosen.name} engine runs on {', '.join(chosen.devices)}, not {on!r}: "
                              "use engine='torch' on a GPU")
         if isinstance(spec, tuple) and LOADED not in chosen.sources:  # other specs: the loader says what is missing
             raise InputError(f"the {chosen.name} engine cannot run a model already loaded in memory: use engine='auto'")

@@ -65,7 +65,9 @@ class GeneratorOptions:
     engine: str = "auto"
     draft_engine: str = "auto"
     context: Optional[int] = None
-    device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")
+    # None: each member on its engine's own device (the gguf engine: the CPU; torch: the GPU when
+    # there is one), so the default pair runs on a GPU machine without a flag
+    device: Optional[str] = None
     backend: str = "torch"
     linear_kernel: str = "auto"
     threads: Optional[int] = None
@@ -89,13 +91,11 @@ class GeneratorOptions:
     def of(cls, *, dtype: Union[str, torch.dtype, None] = None, weights: Optional[str] = None,
            device: Optional[str] = None, **options) -> GeneratorOptions:
         """From AnyPairGenerator's keyword arguments: `dtype=` is the older name of `weights=`, and
-        `device=None` means the GPU when there is one."""
+        `device=None` means each engine's own device (see `device`)."""
         if weights is not None and dtype is not None:
             raise InputError("pass weights= or its older name dtype=, not both")
         resolved = dict(weights=weights if weights is not None else weights_from_dtype(dtype), **options)
-        if device is not None:
-            resolved["device"] = device
-        return cls(**resolved)
+        return cls(device=device, **resolved)
 
 
 @dataclass(frozen=True)
