@@ -224,8 +224,11 @@ def test_k_quants_follow_their_definition_bitwise(real_matrices, type_name, rows
 def _block32_values(blocks: np.ndarray, type_name: str):
     """From GGUF 32-element blocks [N, nb, bytes]: (d, minimum or None, values as the definition
     multiplies them), the file's own encoding read independently of the C code: ggml's block_q4_1
-    (d, m, 16 bytes of nibbles) and block_q5_0 (d, 32 fifth bits, 16 bytes of nibbles, offset 16)."""
+    (d, m, 16 bytes of nibbles), block_q5_0 (d, 32 fifth bits, 16 bytes of nibbles, offset 16) and
+    block_q8_0 (d, 32 signed bytes)."""
     f16 = lambda at: blocks[..., at:at + 2].copy().view(np.float16)[..., 0].astype(np.float32)  # noqa: E731
+    if type_name == "Q8_0":
+        return f16(0), None, blocks[..., 2:34].copy().view(np.int8).astype(np.int64)
     nibbles = blocks[..., -16:].astype(np.int64)
     low = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1)  # elements 0..15, then 16..31
     if type_name == "Q4_1":
@@ -260,6 +263,32 @@ def test_32_element_blocks_follow_their_definition_bitwise(real_matrices, type_n
     group = LinearGroup([weight])
     for path in ("best", "avx2", "reference"):
         assert torch.equal(group(x, path=path)[0], expected), f"{type_name} {path} path differs from the definition"
+
+
+@pytest.mark.parametrize("rows", [96, 90])
+def test_q8_0_keeps_the_row_layouts_eight_lanes_bitwise(real_matrices, rows):
+    """Q8_0 is read interleaved (AP_Q8_0_G16) but computed in the row layout's order (ap_common.h), so a
+    Q8_0 model's numbers did not move with the layout: per weight row 8 float32 lanes, lane t taking
+    (d * dx) * (exact 4-element sum) of elements 4t..4t+3 block by block, then ap_reduce8's tree;
+    computed here in numpy from the GGUF's blocks; every path, a padded last group too."""
+    source = real_matrices[8]
+    weight = QuantWeight(8, rows, source.cols, np.ascontiguousarray(source.data[:rows]))
+    assert weight.packed is not None
+    x = _activations(5, weight.cols, seed=7)
+    q, dx, _, _ = _quantized_activations(x, block=32)
+    nb = weight.cols // 32
+    d, _, values = _block32_values(weight.data.reshape(rows, nb, -1), "Q8_0")
+    lanes = np.einsum("nbte,mbte->nmbt", values.reshape(rows, nb, 8, 4), q.reshape(len(q), nb, 8, 4).astype(np.int64))
+    acc = np.zeros((rows, len(q), 8), dtype=np.float32)
+    for b in range(nb):
+        scale = (d[:, b, None] * dx[None, :, b]).astype(np.float32)
+        acc = acc + scale[..., None] * lanes[..., b, :].astype(np.float32)
+    a = acc
+    expected = ((a[..., 0] + a[..., 4]) + (a[..., 2] + a[..., 6])) + ((a[..., 1] + a[..., 5]) + (a[..., 3] + a[..., 7]))
+    expected = torch.from_numpy(expected.T.copy())
+    group = LinearGroup([weight])
+    for path in ("best", "avx2", "reference"):
+        assert torch.equal(group(x, path=path)[0], expected), f"Q8_0 {path} path differs from the row layout's order"
 
 
 def test_a_group_with_biases_and_mixed_types_equals_its_members_alone(real_matrices):

@@ -1,7 +1,7 @@
 """Typed Python surface of the C kernels: weights held as their GGUF bytes, torch tensors in and out.
 
 `QuantWeight` is one [N, K] matrix in its GGUF type (memory-mapped bytes, never a float copy;
-Q4_1, Q5_0 and the K-quants Q4_K/Q6_K are rearranged once into the kernels' interleaved layout, 16 rows
+Q4_1, Q5_0, Q8_0 and the K-quants Q4_K/Q6_K are rearranged once into the kernels' interleaved layout, 16 rows
 per group, the same values in about as many bytes);
 `LinearGroup` multiplies activation rows by several matrices that read the same input (q/k/v,
 gate/up) in one call, quantizing the rows once. Types without a native kernel are dequantized once
@@ -27,7 +27,7 @@ from anypair.kernels.build import load_library
 #: ggml types with a kernel of their own (others are widened to F32 at load)
 NATIVE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 8: "Q8_0", 12: "Q4_K", 14: "Q6_K"}
 #: ggml types the kernels read in their interleaved layout (csrc/repack.c)
-INTERLEAVED_TYPES = {3, 6, 12, 14}
+INTERLEAVED_TYPES = {3, 6, 8, 12, 14}
 _F32 = 0
 #: which kernels a linear runs: the best compiled, the AVX2 path, or the scalar reference
 KernelPath = Literal["best", "reference", "avx2"]
@@ -126,11 +126,11 @@ def huge_page_bytes(size: int) -> np.ndarray:
 
 
 def _interleave(ggml_type: int, rows: np.ndarray, count: int, cols: int) -> tuple[int, np.ndarray]:
-    """Q4_1/Q5_0/Q4_K/Q6_K rows -> (kernel type, interleaved bytes): groups of 16 rows (csrc/repack.c)."""
+    """Q4_1/Q5_0/Q8_0/Q4_K/Q6_K rows -> (kernel type, interleaved bytes): groups of 16 rows (csrc/repack.c)."""
     lib = load_library()
     size = lib.ap_packed_bytes(ggml_type, count, cols)
     if size == 0:
-        block = 32 if ggml_type in (3, 6) else 256
+        block = 32 if ggml_type in (3, 6, 8) else 256
         raise ValueError(f"{NATIVE_TYPES[ggml_type]} matrix [{count}, {cols}]: columns must be a multiple of {block}")
     packed = huge_page_bytes(size)
     kernel_type = lib.ap_repack(ggml_type, rows.ctypes.data, rows.shape[1], count, cols, packed.ctypes.data, 0)

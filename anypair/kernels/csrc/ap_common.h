@@ -9,11 +9,12 @@
 // reference agree bitwise, which tests/test_quant_kernels.py checks on real GGUF blocks.
 //
 // Two orders exist:
-// - Q4_0, Q8_0 and float weights (row layout, as in the file): 8 float lanes, lane i
+// - Q4_0, Q8_0 and float weights (Q4_0 and floats in the file's row layout): 8 float lanes, lane i
 //   owns bytes 4i..4i+3 of each 32-element chunk, then one fixed reduction tree (ap_reduce8).
 // - K-quants (Q4_K, Q6_K), Q4_1 and Q5_0 (interleaved layout, 16 weight rows per group): one float
 //   accumulator per (weight row, activation row), one step per block (256 elements for the K-quants,
-//   32 for Q4_1 and Q5_0), see AP_Q4_K_G16, AP_Q4_1_G16 and AP_Q5_0_G16 below.
+//   32 for Q4_1 and Q5_0), see AP_Q4_K_G16, AP_Q4_1_G16 and AP_Q5_0_G16 below. Q8_0 is stored
+//   interleaved too (AP_Q8_0_G16) but keeps the first order, per weight row.
 #ifndef ANYPAIR_COMMON_H
 #define ANYPAIR_COMMON_H
 
@@ -37,8 +38,8 @@ enum ap_path { AP_PATH_BEST = 0, AP_PATH_REFERENCE = 1, AP_PATH_AVX2 = 2 };
 enum ap_type {
     AP_F32 = 0, AP_F16 = 1, AP_Q4_0 = 2, AP_Q4_1 = 3, AP_Q5_0 = 6, AP_Q8_0 = 8,
     AP_Q4_K = 12, AP_Q6_K = 14,
-    // anypair's interleaved layouts (not ggml types): what ap_repack makes of Q4_1 / Q5_0 / Q4_K / Q6_K rows
-    AP_Q4_1_G16 = 103, AP_Q5_0_G16 = 106, AP_Q4_K_G16 = 112,
+    // anypair's interleaved layouts (not ggml types): what ap_repack makes of Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K rows
+    AP_Q4_1_G16 = 103, AP_Q5_0_G16 = 106, AP_Q8_0_G16 = 108, AP_Q4_K_G16 = 112,
     // Q6_K widened to one byte per value (see block_q6_K_i8)
     AP_Q6_K_I8 = 115,
 };
@@ -115,15 +116,28 @@ typedef struct {
     uint8_t qs[4][4 * AP_GROUP];
 } block_q5_0_g16;  // 352 B per 16 rows, as in the file
 
+// Q8_0 (the tied head of small drafts such as SmolLM2's, and Q8_0 files): the values offset by 128 into
+// unsigned bytes, so that VNNI's vpdpbusd (unsigned x signed) multiplies them as they are stored:
+//   q[t][4l + e] = (value of element 4t + e of lane l) + 128      (t = 0..7, e = 0..3)
+// The definition is the row layout's (the first order above), so a Q8_0 model's numbers are those of
+// the file read row by row: per weight row 8 float lanes, lane t owning elements 4t..4t+3 of each block;
+// for each block b in order: acc[t] = acc[t] + (d * dx) * (float)(sum_{e < 4} q_{4t+e} * x_{4t+e})
+// (exact int, q in -128..127), then y = ap_reduce8(acc). Step t of a group is lane t of 16 rows at once.
+typedef struct {
+    uint16_t d[AP_GROUP];
+    uint8_t q[8][4 * AP_GROUP];
+} block_q8_0_g16;  // 544 B per 16 rows, as in the file
+
 static inline int ap_is_grouped(int type) {
-    return type == AP_Q4_1_G16 || type == AP_Q5_0_G16 || type == AP_Q4_K_G16 || type == AP_Q6_K_I8;
+    return type == AP_Q4_1_G16 || type == AP_Q5_0_G16 || type == AP_Q8_0_G16 || type == AP_Q4_K_G16 || type == AP_Q6_K_I8;
 }
 static inline size_t ap_group_bytes(int type) {  // one group's block (super-block for the K-quants)
     return type == AP_Q4_1_G16 ? sizeof(block_q4_1_g16) : type == AP_Q5_0_G16 ? sizeof(block_q5_0_g16)
+         : type == AP_Q8_0_G16 ? sizeof(block_q8_0_g16)
          : type == AP_Q4_K_G16 ? sizeof(block_q4_K_g16) : sizeof(block_q6_K_i8);
 }
 static inline int ap_group_cols(int type) {  // columns one group block covers
-    return type == AP_Q4_1_G16 || type == AP_Q5_0_G16 ? 32 : 256;
+    return type == AP_Q4_1_G16 || type == AP_Q5_0_G16 || type == AP_Q8_0_G16 ? 32 : 256;
 }
 
 // Activation rows quantized for the integer dot products: per row, per block of `block` elements
@@ -246,6 +260,9 @@ static inline int ap_q5_0_g16_value(const block_q5_0_g16 *g, int l, int e) {  //
     const uint8_t byte = g->qs[e / 8][4 * l + e % 4];
     const int high = (g->qh[4 * l + e % 4] >> (2 * (e / 8) + (e % 8) / 4)) & 1;
     return ((e % 8) < 4 ? (byte & 15) : (byte >> 4)) | (high << 4);
+}
+static inline int ap_q8_0_g16_value(const block_q8_0_g16 *g, int l, int e) {  // e = 0..31, -128..127
+    return (int)g->q[e / 4][4 * l + e % 4] - 128;
 }
 static inline int ap_q6k_i8_value(const block_q6_K_i8 *g, int l, int e) {
     return g->q[e / 8][(e % 8) / 4][4 * l + e % 4];

@@ -26,19 +26,17 @@ AP_INLINE __m256 acc_lanes(__m256 acc, float scale, __m256i isum) {  // acc + sc
     return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(isum)));
 }
 
-// ---- 32-element blocks in the row layout: Q8_0, Q4_0 (signed values) --------------------------------
+// ---- 32-element blocks in the row layout: Q4_0 (signed values) ---------------------------------------
 
-AP_INLINE void dot_signed32(const uint8_t *wrow, size_t bsize, int kind, const ap_act *a, int r0, int R, float *out) {
+AP_INLINE void dot_q4_0_rows(const uint8_t *wrow, const ap_act *a, int r0, int R, float *out) {
     const int nb = a->K / 32;
     __m256 acc[AVX2_TILE];
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        const uint8_t *blk = wrow + bsize * b;
+        const uint8_t *blk = wrow + sizeof(block_q4_0) * b;
         uint16_t dh; memcpy(&dh, blk, 2);
         const float dw = _cvtsh_ss(dh);
-        __m256i w;
-        if (kind == AP_Q8_0) w = _mm256_loadu_si256((const __m256i *)(blk + 2));
-        else w = _mm256_sub_epi8(load_nibbles_32(blk + 2), _mm256_set1_epi8(8));  // Q4_0
+        const __m256i w = _mm256_sub_epi8(load_nibbles_32(blk + 2), _mm256_set1_epi8(8));
         __m256i wabs = _mm256_sign_epi8(w, w);
         for (int r = 0; r < R; r++) {
             const size_t row = (size_t)(r0 + r);
@@ -268,6 +266,35 @@ AP_INLINE void group_q5_0_half(const block_q5_0_g16 *g, const ap_act *a, int r0,
     for (int r = 0; r < R; r++) _mm256_storeu_ps(out + r * AP_GROUP + lane0, acc[r]);
 }
 
+// Q8_0 (row layout's order, ap_common.h): the stored bytes back to signed values (xor 128), each step's
+// 4-element sums of 8 rows by the sign trick as in the row layout (exact int16 pairs: 2 x 128 x 127 <
+// 2^15, then madd by 1), into that step's float lane; the 8 lanes reduced as ap_reduce8. One activation
+// row at a time: its 8 lane accumulators fill half the registers.
+AP_INLINE void group_q8_0_half(const block_q8_0_g16 *g, const ap_act *a, int row, int half, float *out) {
+    const int nb = a->K / 32, lane0 = 8 * half;
+    __m256 acc[8];
+    for (int t = 0; t < 8; t++) acc[t] = _mm256_setzero_ps();
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    for (int b = 0; b < nb; b++) {
+        const block_q8_0_g16 *gb = &g[b];
+        const __m256 s = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->d + lane0))),
+                                       _mm256_set1_ps(a->d[(size_t)row * nb + b]));
+        for (int t = 0; t < 8; t++) {
+            const __m256i w = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(gb->q[t] + 4 * lane0)), flip);
+            const __m256i x = broadcast4(a->q + (size_t)row * a->K + 32 * b + 4 * t);
+            const __m256i lane = madd_u8_s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+            acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(s, _mm256_cvtepi32_ps(lane)));
+        }
+    }
+    const __m256 b0 = _mm256_add_ps(acc[0], acc[4]), b1 = _mm256_add_ps(acc[1], acc[5]);
+    const __m256 b2 = _mm256_add_ps(acc[2], acc[6]), b3 = _mm256_add_ps(acc[3], acc[7]);
+    _mm256_storeu_ps(out + lane0, _mm256_add_ps(_mm256_add_ps(b0, b2), _mm256_add_ps(b1, b3)));
+}
+
+static void group_q8_0_avx2(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
+    for (int r = 0; r < R; r++)
+        for (int half = 0; half < 2; half++) group_q8_0_half((const block_q8_0_g16 *)group, a, r0 + r, half, out + r * AP_GROUP);
+}
 AP_INLINE void group_q5_0_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
     for (int half = 0; half < 2; half++) group_q5_0_half((const block_q5_0_g16 *)group, a, r0, R, half, out);
 }
@@ -305,8 +332,7 @@ AP_INLINE void dot_float_tile(const uint8_t *wrow, int half, const ap_act *a, in
         for (int done = 0; done < R; done += AVX2_TILE)                                      \
             name##_tile(weights, a, r0 + done, R - done < AVX2_TILE ? R - done : AVX2_TILE, out + done * (per_row)); \
     }
-TILED(dot_q8_0_avx2, 1, dot_signed32(weights, sizeof(block_q8_0), AP_Q8_0, a, r0, RR, out))
-TILED(dot_q4_0_avx2, 1, dot_signed32(weights, sizeof(block_q4_0), AP_Q4_0, a, r0, RR, out))
+TILED(dot_q4_0_avx2, 1, dot_q4_0_rows(weights, a, r0, RR, out))
 TILED(dot_f32_avx2, 1, dot_float_tile(weights, 0, a, r0, RR, out))
 TILED(dot_f16_avx2, 1, dot_float_tile(weights, 1, a, r0, RR, out))
 
@@ -315,7 +341,6 @@ ap_dot_fn ap_dot_avx2(int type) {
         case AP_F32: return dot_f32_avx2;
         case AP_F16: return dot_f16_avx2;
         case AP_Q4_0: return dot_q4_0_avx2;
-        case AP_Q8_0: return dot_q8_0_avx2;
         default: return NULL;
     }
 }
@@ -327,6 +352,7 @@ ap_group_fn ap_group_avx2(int type) {
     switch (type) {
         case AP_Q4_1_G16: return group_q4_1_avx2;
         case AP_Q5_0_G16: return group_q5_0_avx2;
+        case AP_Q8_0_G16: return group_q8_0_avx2;
         case AP_Q4_K_G16: return group_q4_K_avx2;
         case AP_Q6_K_I8: return group_q6_K_i8_avx2;
         default: return NULL;

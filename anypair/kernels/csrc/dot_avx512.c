@@ -1,5 +1,5 @@
 // AVX-512 (F/BW/VL + VNNI) kernels for the interleaved types (Q4_K, Q6_K: the blocks of the Q4_K_M
-// targets; Q4_1, Q5_0: small drafts), matching dot_ref.c's group functions bitwise. Other types run their
+// targets; Q4_1, Q5_0, Q8_0: small drafts and their heads), matching dot_ref.c's group functions bitwise. Other types run their
 // AVX2 functions.
 //
 // A zmm register holds 4 values of each of the 16 weight rows of a group (lane l = row l); the 4
@@ -86,6 +86,46 @@ AP_INLINE void group_q5_0_tile(const uint8_t *group, const ap_act *a, int r0, in
         }
     }
     for (int r = 0; r < R; r++) _mm512_storeu_ps(out + r * AP_GROUP, acc[r]);
+}
+
+// Q8_0 (the row layout's order, ap_common.h): step t's vpdpbusd gives lane t's 4-element sums of the 16
+// rows; the stored offset comes off as 128 x (the 4 activations' sum), itself a vpdpbusd of 128s with the
+// broadcast activation bytes (exact). Each step has its own float accumulator per row (8 per row, at
+// most 2 rows in registers), reduced as ap_reduce8 at the end.
+AP_INLINE void group_q8_0_rows(const block_q8_0_g16 *g, const ap_act *a, int r0, int R, float *out) {
+    const int nb = a->K / 32;
+    __m512 acc[2][8];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < 8; t++) acc[r][t] = _mm512_setzero_ps();
+    const __m512i c128 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    for (int b = 0; b < nb; b++) {
+        const block_q8_0_g16 *gb = &g[b];
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb->d));
+        __m512 s[2];
+        for (int r = 0; r < R; r++) s[r] = _mm512_mul_ps(d, _mm512_set1_ps(a->d[(size_t)(r0 + r) * nb + b]));
+        #pragma GCC unroll 8
+        for (int t = 0; t < 8; t++) {
+            const __m512i w = _mm512_loadu_si512(gb->q[t]);
+            for (int r = 0; r < R; r++) {
+                const __m512i x = broadcast4(a->q + (size_t)(r0 + r) * a->K + 32 * b + 4 * t);
+                const __m512i lane = _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, w, x), _mm512_dpbusd_epi32(zero, c128, x));
+                acc[r][t] = _mm512_add_ps(acc[r][t], _mm512_mul_ps(s[r], _mm512_cvtepi32_ps(lane)));
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        const __m512 b0 = _mm512_add_ps(acc[r][0], acc[r][4]), b1 = _mm512_add_ps(acc[r][1], acc[r][5]);
+        const __m512 b2 = _mm512_add_ps(acc[r][2], acc[r][6]), b3 = _mm512_add_ps(acc[r][3], acc[r][7]);
+        _mm512_storeu_ps(out + r * AP_GROUP, _mm512_add_ps(_mm512_add_ps(b0, b2), _mm512_add_ps(b1, b3)));
+    }
+}
+
+// two activation rows at a time (the group's bytes are read from L1 again for the next two)
+static void group_q8_0_avx512(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
+    for (int done = 0; done < R; done += 2) {
+        if (R - done >= 2) group_q8_0_rows((const block_q8_0_g16 *)group, a, r0 + done, 2, out + done * AP_GROUP);
+        else group_q8_0_rows((const block_q8_0_g16 *)group, a, r0 + done, 1, out + done * AP_GROUP);
+    }
 }
 
 AP_INLINE void group_q4_K_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
@@ -198,6 +238,7 @@ ap_group_fn ap_group_avx512(int type) {
     switch (type) {
         case AP_Q4_1_G16: return group_q4_1_avx512;
         case AP_Q5_0_G16: return group_q5_0_avx512;
+        case AP_Q8_0_G16: return group_q8_0_avx512;
         case AP_Q4_K_G16: return group_q4_K_avx512;
         case AP_Q6_K_I8: return group_q6_K_i8_avx512;
         default: return NULL;

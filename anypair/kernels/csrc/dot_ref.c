@@ -4,7 +4,7 @@
 // Row types: weight row `w` (one GGUF row of K values) against activation rows r0..r0+R-1. Integer
 // sums inside a block are exact; float lanes acc[i] collect, block by block, the block's scale times
 // the int sum of the products at bytes 4i..4i+3 of each 32-element chunk.
-// Interleaved types (Q4_1, Q5_0, Q4_K, Q6_K): a group of 16 weight rows against R activation rows, out[r][lane].
+// Interleaved types (Q4_1, Q5_0, Q8_0, Q4_K, Q6_K): a group of 16 weight rows against R activation rows, out[r][lane].
 #include "ap_common.h"
 
 // int sum of w*x over the 4 elements of lane i in a 32-element chunk
@@ -12,19 +12,6 @@ static inline int lane4(const int8_t *w, const int8_t *x, int i) {
     int s = 0;
     for (int e = 4 * i; e < 4 * i + 4; e++) s += (int)w[e] * (int)x[e];
     return s;
-}
-
-static void dot_q8_0_ref(const uint8_t *wrow, const ap_act *a, int r0, int R, float *out) {
-    const block_q8_0 *w = (const block_q8_0 *)wrow; const int nb = a->K / 32;
-    for (int r = 0; r < R; r++) {
-        const int8_t *x = a->q + (size_t)(r0 + r) * a->K; const float *dx = a->d + (size_t)(r0 + r) * nb;
-        float acc[8] = {0};
-        for (int b = 0; b < nb; b++) {
-            float s = ap_h2f(w[b].d) * dx[b];
-            for (int i = 0; i < 8; i++) acc[i] = acc[i] + s * (float)lane4(w[b].qs, x + 32 * b, i);
-        }
-        out[r] = ap_reduce8(acc);
-    }
 }
 
 static void unpack_q4_0(const block_q4_0 *blk, int8_t q[32]) {
@@ -78,6 +65,27 @@ static void group_q5_0_ref(const uint8_t *group, const ap_act *a, int r0, int R,
                 acc = acc + (ap_h2f(g[b].d[l]) * dx[b]) * (float)isum;
             }
             out[r * AP_GROUP + l] = acc;
+        }
+    }
+}
+
+// Q8_0 in its interleaved layout, with the row layout's 8 lanes per weight row (ap_common.h)
+static void group_q8_0_ref(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
+    const block_q8_0_g16 *g = (const block_q8_0_g16 *)group; const int nb = a->K / 32;
+    for (int r = 0; r < R; r++) {
+        const size_t row = (size_t)(r0 + r);
+        const int8_t *x = a->q + row * a->K; const float *dx = a->d + row * nb;
+        for (int l = 0; l < AP_GROUP; l++) {
+            float acc[8] = {0};
+            for (int b = 0; b < nb; b++) {
+                const float s = ap_h2f(g[b].d[l]) * dx[b];
+                for (int t = 0; t < 8; t++) {
+                    int lane = 0;
+                    for (int e = 4 * t; e < 4 * t + 4; e++) lane += ap_q8_0_g16_value(&g[b], l, e) * x[32 * b + e];
+                    acc[t] = acc[t] + s * (float)lane;
+                }
+            }
+            out[r * AP_GROUP + l] = ap_reduce8(acc);
         }
     }
 }
@@ -151,7 +159,7 @@ static void dot_f16_ref(const uint8_t *wrow, const ap_act *a, int r0, int R, flo
 int ap_act_block(int type) {
     switch (type) {
         case AP_Q4_K_G16: case AP_Q6_K_I8: return 256;
-        case AP_Q4_0: case AP_Q8_0: case AP_Q4_1_G16: case AP_Q5_0_G16: return 32;
+        case AP_Q4_0: case AP_Q4_1_G16: case AP_Q5_0_G16: case AP_Q8_0_G16: return 32;
         default: return 0;
     }
 }
@@ -161,7 +169,6 @@ ap_dot_fn ap_dot_ref(int type) {
         case AP_F32: return dot_f32_ref;
         case AP_F16: return dot_f16_ref;
         case AP_Q4_0: return dot_q4_0_ref;
-        case AP_Q8_0: return dot_q8_0_ref;
         default: return NULL;
     }
 }
@@ -170,6 +177,7 @@ ap_group_fn ap_group_ref(int type) {
     switch (type) {
         case AP_Q4_1_G16: return group_q4_1_ref;
         case AP_Q5_0_G16: return group_q5_0_ref;
+        case AP_Q8_0_G16: return group_q8_0_ref;
         case AP_Q4_K_G16: return group_q4_K_ref;
         case AP_Q6_K_I8: return group_q6_K_i8_ref;
         default: return NULL;

@@ -173,9 +173,10 @@ void ap_softcap(float *x, long n, float cap, int use_ref) {
 // Scores, softmax and the weighted sum of values follow one order per (query, head), whatever the
 // number of queries: scores q_g . k_j lane by lane then ap_reduce8; numerators exp(s - max) and their
 // sum in 8 lanes over blocks of 8 positions, ap_reduce8, then the tail positions in order; values
-// accumulated over positions in order from 0, then times 1 / sum. The SIMD path scores 4 keys at once
-// (4 independent accumulators, the same per-key arithmetic) and keeps G heads' value sums in
-// registers over blocks of positions, widening each key and value row once for all G heads.
+// accumulated over positions in order from 0, then times 1 / sum. The SIMD paths score 4 keys (AVX2)
+// or 8 keys (AVX-512, two to a register) at once (independent accumulators, the same per-key
+// arithmetic) and keep G heads' value sums in registers over blocks of positions, widening each key
+// and value row once for all G heads; the reference, AVX2 and AVX-512 paths agree bitwise.
 #define ATTN_KEY_BLOCK 4
 #define ATTN_VALUE_BLOCK 64
 
@@ -290,6 +291,96 @@ static void attend_one_avx2(const float *q, const uint16_t *kc, const uint16_t *
 }
 #endif
 
+#ifdef AP_AVX512
+// The same arithmetic as attend_one_avx2, bit for bit, in 512-bit registers: a score's 8 lanes are the
+// AVX2 path's 8 lanes (lane i takes elements c + i of every 8-element chunk, fused multiply-adds in chunk
+// order, then ap_reduce8), two keys sharing one register (lanes 0-7 key j, 8-15 key j + 1) against the
+// query chunk written twice; a value sum's elements are independent sums over positions in order, so 16
+// of them share a register. Half the instructions of the AVX2 path for the same multiply-adds.
+#define ATTN_KEY_BLOCK_AVX512 8
+static void attend_one_avx512(const float *q, const uint16_t *kc, const uint16_t *vc, int D, int G, int lo, int hi,
+                              float scale, float softcap, float *out, float *scores, float *keys, float *qpairs) {
+    const int L = hi - lo + 1, chunks = D / 8;
+    for (int g = 0; g < G; g++)  // each query chunk twice: [q[c..c+7] | q[c..c+7]]
+        for (int c = 0; c < D; c += 8) {
+            const __m256 v = _mm256_loadu_ps(q + (size_t)g * D + c);
+            _mm512_storeu_ps(qpairs + ((size_t)g * chunks + c / 8) * 16, _mm512_castpd_ps(_mm512_insertf64x4(
+                _mm512_castpd256_pd512(_mm256_castps_pd(v)), _mm256_castps_pd(v), 1)));  // AVX-512F only (no DQ)
+        }
+    int j = 0;
+    for (; j + ATTN_KEY_BLOCK_AVX512 <= L; j += ATTN_KEY_BLOCK_AVX512) {
+        // keys 2p and 2p + 1 of the block, chunk by chunk: keys[(p * chunks + c / 8) * 16 + 0..15]
+        const uint16_t *k = kc + (size_t)(lo + j) * D;
+        for (int p = 0; p < ATTN_KEY_BLOCK_AVX512 / 2; p++)
+            for (int c = 0; c < D; c += 8) {
+                const __m128i a = _mm_loadu_si128((const __m128i *)(k + (size_t)(2 * p) * D + c));
+                const __m128i b = _mm_loadu_si128((const __m128i *)(k + (size_t)(2 * p + 1) * D + c));
+                _mm512_storeu_ps(keys + ((size_t)p * chunks + c / 8) * 16, _mm512_cvtph_ps(_mm256_set_m128i(b, a)));
+            }
+        for (int g = 0; g < G; g++) {
+            const float *qg = qpairs + (size_t)g * chunks * 16;
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int c = 0; c < chunks; c++) {
+                const __m512 qv = _mm512_loadu_ps(qg + 16 * c);
+                a0 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(keys + ((size_t)0 * chunks + c) * 16), a0);
+                a1 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(keys + ((size_t)1 * chunks + c) * 16), a1);
+                a2 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(keys + ((size_t)2 * chunks + c) * 16), a2);
+                a3 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(keys + ((size_t)3 * chunks + c) * 16), a3);
+            }
+            float *s = scores + (size_t)g * L + j;
+            const __m512 pairs[4] = {a0, a1, a2, a3};
+            for (int p = 0; p < 4; p++) {
+                s[2 * p] = ap_reduce8_avx2(_mm512_castps512_ps256(pairs[p])) * scale;
+                s[2 * p + 1] = ap_reduce8_avx2(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(pairs[p]), 1))) * scale;
+            }
+        }
+    }
+    for (; j < L; j++) {  // the last keys one by one, as the AVX2 path's
+        const uint16_t *k = kc + (size_t)(lo + j) * D;
+        for (int g = 0; g < G; g++) {
+            const float *qg = q + (size_t)g * D;
+            __m256 a = _mm256_setzero_ps();
+            for (int c = 0; c < D; c += 8)
+                a = _mm256_fmadd_ps(_mm256_loadu_ps(qg + c), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + c))), a);
+            scores[(size_t)g * L + j] = ap_reduce8_avx2(a) * scale;
+        }
+    }
+    if (softcap > 0.0f) ap_softcap(scores, (long)G * L, softcap, 0);
+    float inv_sum[64];
+    for (int g = 0; g < G; g++) inv_sum[g] = 1.0f / softmax_numerators(scores + (size_t)g * L, L, 0);
+    for (int g = 0; g < G; g++) memset(out + (size_t)g * D, 0, sizeof(float) * D);
+    for (int j0 = 0; j0 < L; j0 += ATTN_VALUE_BLOCK) {
+        const int j1 = j0 + ATTN_VALUE_BLOCK < L ? j0 + ATTN_VALUE_BLOCK : L;
+        for (int g0 = 0; g0 < G; g0 += 8) {
+            const int gn = G - g0 < 8 ? G - g0 : 8;
+            for (int c = 0; c < D; c += 16) {
+                __m512 acc[8];
+                for (int g = 0; g < gn; g++) acc[g] = _mm512_loadu_ps(out + (size_t)(g0 + g) * D + c);
+                for (int jj = j0; jj < j1; jj++) {
+                    const __m512 vv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vc + (size_t)(lo + jj) * D + c)));
+                    const float *p = scores + (size_t)g0 * L + jj;
+                    switch (gn) {  // unrolled per head count so the sums stay in registers
+                        case 8: acc[7] = _mm512_fmadd_ps(_mm512_set1_ps(p[7 * (size_t)L]), vv, acc[7]); /* fallthrough */
+                        case 7: acc[6] = _mm512_fmadd_ps(_mm512_set1_ps(p[6 * (size_t)L]), vv, acc[6]); /* fallthrough */
+                        case 6: acc[5] = _mm512_fmadd_ps(_mm512_set1_ps(p[5 * (size_t)L]), vv, acc[5]); /* fallthrough */
+                        case 5: acc[4] = _mm512_fmadd_ps(_mm512_set1_ps(p[4 * (size_t)L]), vv, acc[4]); /* fallthrough */
+                        case 4: acc[3] = _mm512_fmadd_ps(_mm512_set1_ps(p[3 * (size_t)L]), vv, acc[3]); /* fallthrough */
+                        case 3: acc[2] = _mm512_fmadd_ps(_mm512_set1_ps(p[2 * (size_t)L]), vv, acc[2]); /* fallthrough */
+                        case 2: acc[1] = _mm512_fmadd_ps(_mm512_set1_ps(p[(size_t)L]), vv, acc[1]); /* fallthrough */
+                        default: acc[0] = _mm512_fmadd_ps(_mm512_set1_ps(p[0]), vv, acc[0]);
+                    }
+                }
+                for (int g = 0; g < gn; g++) _mm512_storeu_ps(out + (size_t)(g0 + g) * D + c, acc[g]);
+            }
+        }
+    }
+    for (int g = 0; g < G; g++) {
+        const __m512 inv = _mm512_set1_ps(inv_sum[g]);
+        for (int c = 0; c < D; c += 16) _mm512_storeu_ps(out + (size_t)g * D + c, _mm512_mul_ps(_mm512_loadu_ps(out + (size_t)g * D + c), inv));
+    }
+}
+#endif
+
 // Attention for rows of several sequences in one parallel region (continuous batching): row m sits
 // at position pos[m] of the sequence whose caches start cache_at[m] elements into k_cache/v_cache
 // (its slot) and attends to positions lo..pos[m] of that slot only; each row's arithmetic is its own
@@ -315,7 +406,8 @@ int ap_attention_rows(const float *q, const uint16_t *k_cache, const uint16_t *v
     #pragma omp parallel num_threads(threads)
     {
         float *scores = malloc(sizeof(float) * (size_t)per_task * (size_t)longest);
-        float *keys = malloc(sizeof(float) * ATTN_KEY_BLOCK * (size_t)D);
+        float *keys = malloc(sizeof(float) * 8 * (size_t)D);  // ATTN_KEY_BLOCK (4) or the AVX-512 path's 8 keys
+        float *qpairs = malloc(sizeof(float) * 2 * (size_t)per_task * (size_t)D);
         #pragma omp for schedule(static)
         for (int t = 0; t < tasks; t++) {
             const int m = t / (Hkv * split), h = (t / split) % Hkv, part = t % split, p = pos[m];
@@ -325,12 +417,15 @@ int ap_attention_rows(const float *q, const uint16_t *k_cache, const uint16_t *v
             const uint16_t *kc = k_cache + cache_at[m] + (size_t)h * L_max * D;
             const uint16_t *vc = v_cache + cache_at[m] + (size_t)h * L_max * D;
             float *om = out + head0 * D;
+#ifdef AP_AVX512
+            if (!use_ref && D % 16 == 0) { attend_one_avx512(qm, kc, vc, D, per_task, lo, p, scale, softcap, om, scores, keys, qpairs); continue; }
+#endif
 #ifdef AP_AVX2
             if (!use_ref) { attend_one_avx2(qm, kc, vc, D, per_task, lo, p, scale, softcap, om, scores, keys); continue; }
 #endif
             attend_one_ref(qm, kc, vc, D, per_task, lo, p, scale, softcap, om, scores);
         }
-        free(scores); free(keys);
+        free(scores); free(keys); free(qpairs);
     }
     return 0;
 }

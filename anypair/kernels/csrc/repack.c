@@ -1,4 +1,5 @@
-// The interleaved layouts (ap_common.h: block_q4_1_g16, block_q5_0_g16, block_q4_K_g16, block_q6_K_i8): made once
+// The interleaved layouts (ap_common.h: block_q4_1_g16, block_q5_0_g16, block_q8_0_g16, block_q4_K_g16,
+// block_q6_K_i8): made once
 // at load from the GGUF's rows, and read back per row for the embedding gather and the tests.
 //
 // Only the arrangement changes: every value, scale and minimum is the file's, so the products are
@@ -9,7 +10,8 @@
 
 static int grouped_type(int ggml_type) {
     return ggml_type == AP_Q4_K ? AP_Q4_K_G16 : ggml_type == AP_Q6_K ? AP_Q6_K_I8
-         : ggml_type == AP_Q4_1 ? AP_Q4_1_G16 : ggml_type == AP_Q5_0 ? AP_Q5_0_G16 : -1;
+         : ggml_type == AP_Q4_1 ? AP_Q4_1_G16 : ggml_type == AP_Q5_0 ? AP_Q5_0_G16
+         : ggml_type == AP_Q8_0 ? AP_Q8_0_G16 : -1;
 }
 
 // bytes of the interleaved copy of an [N][K] matrix of `ggml_type` (0 when it has none)
@@ -71,6 +73,16 @@ static void pack_q5_0(const block_q5_0 *rows[AP_GROUP], int b, block_q5_0_g16 *g
     }
 }
 
+static void pack_q8_0(const block_q8_0 *rows[AP_GROUP], int b, block_q8_0_g16 *g) {
+    memset(g, 0, sizeof(*g));
+    for (int l = 0; l < AP_GROUP; l++) {
+        if (!rows[l]) { for (int t = 0; t < 8; t++) memset(&g->q[t][4 * l], 128, 4); continue; }  // past N: zeros
+        const block_q8_0 *blk = &rows[l][b];
+        g->d[l] = blk->d;
+        for (int e = 0; e < 32; e++) g->q[e / 4][4 * l + e % 4] = (uint8_t)(blk->qs[e] + 128);
+    }
+}
+
 static void q6_K_values(const block_q6_K *blk, uint8_t v[256]) {  // 0..63, offset not applied
     for (int n = 0; n < 2; n++) {
         const uint8_t *ql = blk->ql + 64 * n, *qh = blk->qh + 32 * n;
@@ -97,7 +109,7 @@ static void pack_q6_K_i8(const block_q6_K *rows[AP_GROUP], int b, block_q6_K_i8 
     }
 }
 
-// Rows [N][row_bytes] of a Q4_1, Q5_0, Q4_K or Q6_K matrix into `out` (ap_packed_bytes bytes). Returns
+// Rows [N][row_bytes] of a Q4_1, Q5_0, Q8_0, Q4_K or Q6_K matrix into `out` (ap_packed_bytes bytes). Returns
 // the interleaved type, or -1 for a type or shape without one.
 int ap_repack(int ggml_type, const uint8_t *rows, size_t row_bytes, int N, int K, uint8_t *out, int nthreads) {
     const int type = grouped_type(ggml_type);
@@ -116,6 +128,7 @@ int ap_repack(int ggml_type, const uint8_t *rows, size_t row_bytes, int N, int K
             uint8_t *dst = out + ((size_t)grp * nb + b) * gbytes;
             if (type == AP_Q4_1_G16) pack_q4_1((const block_q4_1 **)members, b, (block_q4_1_g16 *)dst);
             else if (type == AP_Q5_0_G16) pack_q5_0((const block_q5_0 **)members, b, (block_q5_0_g16 *)dst);
+            else if (type == AP_Q8_0_G16) pack_q8_0((const block_q8_0 **)members, b, (block_q8_0_g16 *)dst);
             else if (type == AP_Q4_K_G16) pack_q4_K((const block_q4_K **)members, b, (block_q4_K_g16 *)dst);
             else pack_q6_K_i8((const block_q6_K **)members, b, (block_q6_K_i8 *)dst);
         }
@@ -137,6 +150,10 @@ void ap_grouped_dequant_row(const ap_weight *w, int n, float *y) {
             const block_q5_0_g16 *g = (const block_q5_0_g16 *)group + b;
             const float d = ap_h2f(g->d[l]);
             for (int e = 0; e < 32; e++) o[e] = d * (ap_q5_0_g16_value(g, l, e) - 16);
+        } else if (w->type == AP_Q8_0_G16) {
+            const block_q8_0_g16 *g = (const block_q8_0_g16 *)group + b;
+            const float d = ap_h2f(g->d[l]);
+            for (int e = 0; e < 32; e++) o[e] = d * ap_q8_0_g16_value(g, l, e);
         } else if (w->type == AP_Q4_K_G16) {
             const block_q4_K_g16 *g = (const block_q4_K_g16 *)group + b;
             const float d = ap_h2f(g->d[l]), dmin = ap_h2f(g->dmin[l]);
