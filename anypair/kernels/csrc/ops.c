@@ -222,6 +222,21 @@ static void attend_one_ref(const float *q, const uint16_t *kc, const uint16_t *v
 }
 
 #ifdef AP_AVX2
+// scores of keys j0..L-1 (of lo..lo+L-1) one at a time: 8 lanes of fused multiply-adds, ap_reduce8
+static inline void score_keys_one_by_one(const float *q, const uint16_t *kc, int D, int G, int lo, int j0, int L,
+                                         float scale, float *scores) {
+    for (int j = j0; j < L; j++) {
+        const uint16_t *k = kc + (size_t)(lo + j) * D;
+        for (int g = 0; g < G; g++) {
+            const float *qg = q + (size_t)g * D;
+            __m256 a = _mm256_setzero_ps();
+            for (int c = 0; c < D; c += 8)
+                a = _mm256_fmadd_ps(_mm256_loadu_ps(qg + c), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + c))), a);
+            scores[(size_t)g * L + j] = ap_reduce8_avx2(a) * scale;
+        }
+    }
+}
+
 static void attend_one_avx2(const float *q, const uint16_t *kc, const uint16_t *vc, int D, int G, int lo, int hi,
                             float scale, float softcap, float *out, float *scores, float *keys) {
     const int L = hi - lo + 1;
@@ -244,16 +259,7 @@ static void attend_one_avx2(const float *q, const uint16_t *kc, const uint16_t *
             s[2] = ap_reduce8_avx2(a2) * scale; s[3] = ap_reduce8_avx2(a3) * scale;
         }
     }
-    for (; j < L; j++) {
-        const uint16_t *k = kc + (size_t)(lo + j) * D;
-        for (int g = 0; g < G; g++) {
-            const float *qg = q + (size_t)g * D;
-            __m256 a = _mm256_setzero_ps();
-            for (int c = 0; c < D; c += 8)
-                a = _mm256_fmadd_ps(_mm256_loadu_ps(qg + c), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + c))), a);
-            scores[(size_t)g * L + j] = ap_reduce8_avx2(a) * scale;
-        }
-    }
+    score_keys_one_by_one(q, kc, D, G, lo, j, L, scale, scores);
     if (softcap > 0.0f) ap_softcap(scores, (long)G * L, softcap, 0);  // elementwise: any split gives these bits
     float inv_sum[64];
     for (int g = 0; g < G; g++) inv_sum[g] = 1.0f / softmax_numerators(scores + (size_t)g * L, L, 0);
@@ -335,16 +341,7 @@ static void attend_one_avx512(const float *q, const uint16_t *kc, const uint16_t
             }
         }
     }
-    for (; j < L; j++) {  // the last keys one by one, as the AVX2 path's
-        const uint16_t *k = kc + (size_t)(lo + j) * D;
-        for (int g = 0; g < G; g++) {
-            const float *qg = q + (size_t)g * D;
-            __m256 a = _mm256_setzero_ps();
-            for (int c = 0; c < D; c += 8)
-                a = _mm256_fmadd_ps(_mm256_loadu_ps(qg + c), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + c))), a);
-            scores[(size_t)g * L + j] = ap_reduce8_avx2(a) * scale;
-        }
-    }
+    score_keys_one_by_one(q, kc, D, G, lo, j, L, scale, scores);  // the last keys, as the AVX2 path's
     if (softcap > 0.0f) ap_softcap(scores, (long)G * L, softcap, 0);
     float inv_sum[64];
     for (int g = 0; g < G; g++) inv_sum[g] = 1.0f / softmax_numerators(scores + (size_t)g * L, L, 0);
