@@ -14,8 +14,10 @@
    `--max-batch 1` (one request at a time) and of `--max-batch 8`: aggregate tok/s (all new tokens over
    the load's wall time) and its ratio, the median request's tok/s against a lone request's, lost,
    errors and answers identical to the request alone; the time to first token of a request arriving
-   while 7 others decode against its own alone; the KV per slot (the server's start line) and the
-   server's peak RSS. Beside it, llama.cpp's own multi-sequence batched decode on the target's GGUF
+   while 7 others decode (each has its first token before it is sent) against its own alone; 4
+   requests at once against the same 4 one after another; the responses' batch statistics (rows per
+   target forward, the draft length allowed, the requests whose drafts the batch cut, and why); the
+   KV per slot (the server's start line) and the server's peak RSS. Beside it, llama.cpp's own multi-sequence batched decode on the target's GGUF
    (llama-cpp-python's batch API, one sequence id per request, greedy): its aggregate tok/s, and the
    share of its answers under load that differ from its answers alone. Prints one table.
 
@@ -207,6 +209,7 @@ class BatchFigures:
     answered: int
     ttft_alone_s: float = 0.0
     ttft_under_load_s: float = 0.0
+    decoding_when_it_joined: int = 0  # of the others, still decoding when the measured request was sent
     peak_rss_bytes: int = 0
     start_line: str = ""
     # the first 4 prompts one after another (their lone runs) and then all 4 at once on the same server
@@ -250,14 +253,27 @@ def run_batching_server(args, prompts: list[str], max_batch: int,
         load = run_load(server, args.target, prompts, alone, args.max_new_tokens, args.load_requests,
                         args.load_clients)
         wall = time.perf_counter() - started
-        # a request arriving while 7 (or max_batch - 1) others decode
+        # a request arriving while 7 (or max_batch - 1) others decode: each of them has its first token
+        # (its prompt is read) before the new one is sent
         others = min(7, max(1, max_batch - 1))
+        decoding = [threading.Event() for _ in range(others)]
+
+        def busy(i: int) -> None:
+            stream = server.client().completions.create(model=args.target, prompt=prompts[i % len(prompts)],
+                                                        max_tokens=args.max_new_tokens, temperature=0, stream=True)
+            for chunk in stream:
+                if chunk.choices and chunk.choices[0].text:
+                    decoding[i].set()
+            decoding[i].set()
+
         with concurrent.futures.ThreadPoolExecutor(others) as pool:
-            busy = [pool.submit(http_complete, server.client(), args.target, prompts[i % len(prompts)],
-                                args.max_new_tokens) for i in range(others)]
-            time.sleep(max(2.0, 2 * ttft_alone))  # they are decoding now
+            running = [pool.submit(busy, i) for i in range(others)]
+            for event in decoding:
+                event.wait()
+            time.sleep(0.5)  # well into their decoding
+            still_decoding = sum(not future.done() for future in running)
             ttft_loaded = time_to_first_token(client, args.target, prompts[-1], 4)
-            for future in busy:
+            for future in running:
                 future.result()
         rss = peak_rss_bytes(server.process.pid)
         start_line = next((line.strip() for line in server.log_path.read_text().splitlines() if "batch:" in line), "")
@@ -269,7 +285,7 @@ def run_batching_server(args, prompts: list[str], max_batch: int,
     figures = BatchFigures(max_batch, tokens / wall, statistics.median([r.client_tok_s for r in answered] or [0.0]),
                            statistics.median(lone_rates), args.load_requests - len(load),
                            sum(not r.ok for r in load), sum(r.same_text for r in answered), len(answered),
-                           ttft_alone, ttft_loaded, rss, start_line,
+                           ttft_alone, ttft_loaded, still_decoding, rss, start_line,
                            sum(lone_seconds[i] for i in four), four_concurrent, four_identical,
                            statistics.mean([r.rows_per_round for r in answered] or [0.0]),
                            statistics.mean([r.draft_length for r in answered] or [0.0]),
@@ -367,7 +383,8 @@ def run_batching(args, prompts: list[str]) -> dict:
              "goal 100%"),
             ("TTFT alone / under load (s)", f"{one.ttft_alone_s:.2f} / {one.ttft_under_load_s:.2f}",
              f"{batched.ttft_alone_s:.2f} / {batched.ttft_under_load_s:.2f}",
-             f"{batched.ttft_under_load_s / batched.ttft_alone_s:.2f}x (goal <= 1.5x)"),
+             f"{batched.ttft_under_load_s / batched.ttft_alone_s:.2f}x (goal <= 1.5x), joining "
+             f"{batched.decoding_when_it_joined} decoding"),
             ("peak RSS (GiB)", f"{one.peak_rss_bytes / gib:.2f}", f"{batched.peak_rss_bytes / gib:.2f}", ""),
             ("4 at once / 4 one after another (s)", f"{one.four_concurrent_s:.1f} / {one.four_serial_s:.1f}",
              f"{batched.four_concurrent_s:.1f} / {batched.four_serial_s:.1f}",
