@@ -150,11 +150,9 @@ def test_generate_many_refuses_bad_input_in_one_line(pair):
 
 
 @pytest.fixture(scope="module")
-def torch_alone(zoo_fetch):
+def torch_alone(smol_alone_fp32):
     """SmolLM2 alone on the torch engine: an engine of one slot."""
-    from anypair import AnyPairGenerator
-
-    return AnyPairGenerator(SMOL, None, engine="torch", weights="fp32", threads=2)
+    return smol_alone_fp32
 
 
 def test_a_one_slot_engine_serves_its_one_sequence_through_the_slot_interface(torch_alone):
@@ -169,6 +167,7 @@ def test_a_one_slot_engine_serves_its_one_sequence_through_the_slot_interface(to
     with pytest.raises(InputError, match="one sequence at a time"):
         backend.set_slots(2)
     prompt = PROMPTS[1]
+    backend.reset()  # the generator is shared by the run's modules: whatever ran before is forgotten
     (rows,) = backend.forward_rows([SequenceRows(0, prompt[:8], "none")])
     assert rows is None and backend.cached_length == 8
     (rows,) = backend.forward_rows([SequenceRows(0, prompt[8:], "all")])
