@@ -134,6 +134,23 @@ class GenerationStats:
     batch_size_sum: int = 0
     batch_size_max: int = 0
     undrafted_shared_rounds: int = 0
+    # the rows of the target forwards its rounds ran in (its own and the others'), summed; the draft
+    # lengths its rounds were allowed, summed, and how many allowed one; the rounds in which the
+    # batch cut its own policy's length (down to 0: drafting off under load) and the batch's reason
+    rows_sum: int = 0
+    draft_length_sum: int = 0
+    draft_rounds: int = 0
+    draft_capped_rounds: int = 0
+    batch_draft_note: Optional[str] = None
+
+    @property
+    def mean_rows_per_round(self) -> float:
+        return self.rows_sum / self.rounds if self.rounds else 0.0
+
+    @property
+    def mean_draft_length(self) -> float:
+        """The draft length its rounds were allowed, on average (0: it never drafted)."""
+        return self.draft_length_sum / self.rounds if self.rounds else 0.0
 
     @property
     def mean_batch_size(self) -> float:

@@ -14,8 +14,10 @@
    `--max-batch 1` (one request at a time) and of `--max-batch 8`: aggregate tok/s (all new tokens over
    the load's wall time) and its ratio, the median request's tok/s against a lone request's, lost,
    errors and answers identical to the request alone; the time to first token of a request arriving
-   while 7 others decode against its own alone; the KV per slot (the server's start line) and the
-   server's peak RSS. Beside it, llama.cpp's own multi-sequence batched decode on the target's GGUF
+   while 7 others decode (each has its first token before it is sent) against its own alone; 4
+   requests at once against the same 4 one after another; the responses' batch statistics (rows per
+   target forward, the draft length allowed, the requests whose drafts the batch cut, and why); the
+   KV per slot (the server's start line) and the server's peak RSS. Beside it, llama.cpp's own multi-sequence batched decode on the target's GGUF
    (llama-cpp-python's batch API, one sequence id per request, greedy): its aggregate tok/s, and the
    share of its answers under load that differ from its answers alone. Prints one table.
 
@@ -70,6 +72,12 @@ class LoadRun:
     client_tok_s: float  # the client's: new tokens over the request's wall time, waiting included
     error: Optional[str] = None
     new_tokens: int = 0
+    # the batch's plan as the response reports it (`anypair` object): rows per target forward, the
+    # draft length its rounds were allowed, the rounds whose draft the batch cut, and why
+    rows_per_round: float = 0.0
+    draft_length: float = 0.0
+    draft_capped_rounds: int = 0
+    batch_draft_note: Optional[str] = None
 
 
 class ServeProcess:
@@ -153,7 +161,11 @@ def run_load(server: ServeProcess, model: str, prompts: list[str], alone: list[s
             stats = response.model_extra["anypair"]
             tokens = response.usage.completion_tokens
             runs.append(LoadRun(c, k, True, response.choices[0].text == alone[k], stats["queue_wait_s"],
-                                stats["tokens_per_second"], tokens / seconds, new_tokens=tokens))
+                                stats["tokens_per_second"], tokens / seconds, new_tokens=tokens,
+                                rows_per_round=stats.get("rows_per_round", 0.0),
+                                draft_length=stats.get("draft_length", 0.0),
+                                draft_capped_rounds=stats.get("draft_capped_rounds", 0),
+                                batch_draft_note=stats.get("batch_draft_note")))
         return runs
 
     with concurrent.futures.ThreadPoolExecutor(clients) as pool:
@@ -197,11 +209,23 @@ class BatchFigures:
     answered: int
     ttft_alone_s: float = 0.0
     ttft_under_load_s: float = 0.0
+    decoding_when_it_joined: int = 0  # of the others, still decoding when the measured request was sent
     peak_rss_bytes: int = 0
     start_line: str = ""
+    # the first 4 prompts one after another (their lone runs) and then all 4 at once on the same server
+    four_serial_s: float = 0.0
+    four_concurrent_s: float = 0.0
+    four_identical: int = 0
+    # the load's responses: mean rows per target forward, mean draft length allowed, and the requests
+    # whose drafts the batch cut (to none: drafting off under load)
+    mean_rows_per_round: float = 0.0
+    mean_draft_length: float = 0.0
+    requests_capped: int = 0
+    sample_note: Optional[str] = None
 
 
-def run_batching_server(args, prompts: list[str], max_batch: int, alone: Optional[list[str]]) -> tuple[BatchFigures, list[str]]:
+def run_batching_server(args, prompts: list[str], max_batch: int,
+                        alone: Optional[list[str]]) -> tuple[BatchFigures, list[str], list[LoadRun]]:
     """One server of `--max-batch max_batch`: texts alone (when `alone` is None), the load, the TTFT."""
     server = ServeProcess(["-m", args.target, "-a", args.draft, "--threads", str(args.threads), "--max-batch",
                            str(max_batch), "--queue-size", str(args.load_requests),
@@ -209,25 +233,47 @@ def run_batching_server(args, prompts: list[str], max_batch: int, alone: Optiona
     try:
         client = server.client()
         http_complete(client, args.target, prompts[0], 8)  # warm
-        lone_rates, texts = [], []
+        lone_rates, lone_seconds, texts = [], [], []
         for prompt in prompts:
             response, seconds = http_complete(client, args.target, prompt, args.max_new_tokens)
             texts.append(response.choices[0].text)
             lone_rates.append(response.usage.completion_tokens / seconds)
+            lone_seconds.append(seconds)
         alone = alone or texts
+        # 4 concurrent requests against the same 4 one after another (issue 44's first figure)
+        four = list(range(min(4, len(prompts))))
+        started = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(len(four)) as pool:
+            together = list(pool.map(lambda i: http_complete(server.client(), args.target, prompts[i],
+                                                             args.max_new_tokens)[0], four))
+        four_concurrent = time.perf_counter() - started
+        four_identical = sum(r.choices[0].text == alone[i] for i, r in zip(four, together))
         ttft_alone = time_to_first_token(client, args.target, prompts[-1], 4)
         started = time.perf_counter()
         load = run_load(server, args.target, prompts, alone, args.max_new_tokens, args.load_requests,
                         args.load_clients)
         wall = time.perf_counter() - started
-        # a request arriving while 7 (or max_batch - 1) others decode
+        # a request arriving while 7 (or max_batch - 1) others decode: each of them has its first token
+        # (its prompt is read) before the new one is sent
         others = min(7, max(1, max_batch - 1))
+        decoding = [threading.Event() for _ in range(others)]
+
+        def busy(i: int) -> None:
+            stream = server.client().completions.create(model=args.target, prompt=prompts[i % len(prompts)],
+                                                        max_tokens=args.max_new_tokens, temperature=0, stream=True)
+            for chunk in stream:
+                if chunk.choices and chunk.choices[0].text:
+                    decoding[i].set()
+            decoding[i].set()
+
         with concurrent.futures.ThreadPoolExecutor(others) as pool:
-            busy = [pool.submit(http_complete, server.client(), args.target, prompts[i % len(prompts)],
-                                args.max_new_tokens) for i in range(others)]
-            time.sleep(max(2.0, 2 * ttft_alone))  # they are decoding now
+            running = [pool.submit(busy, i) for i in range(others)]
+            for event in decoding:
+                event.wait()
+            time.sleep(0.5)  # well into their decoding
+            still_decoding = sum(not future.done() for future in running)
             ttft_loaded = time_to_first_token(client, args.target, prompts[-1], 4)
-            for future in busy:
+            for future in running:
                 future.result()
         rss = peak_rss_bytes(server.process.pid)
         start_line = next((line.strip() for line in server.log_path.read_text().splitlines() if "batch:" in line), "")
@@ -235,11 +281,16 @@ def run_batching_server(args, prompts: list[str], max_batch: int, alone: Optiona
         server.stop()
     answered = [r for r in load if r.ok]
     tokens = sum(r.new_tokens for r in answered)
+    notes = [r.batch_draft_note for r in answered if r.batch_draft_note]
     figures = BatchFigures(max_batch, tokens / wall, statistics.median([r.client_tok_s for r in answered] or [0.0]),
                            statistics.median(lone_rates), args.load_requests - len(load),
                            sum(not r.ok for r in load), sum(r.same_text for r in answered), len(answered),
-                           ttft_alone, ttft_loaded, rss, start_line)
-    return figures, alone
+                           ttft_alone, ttft_loaded, still_decoding, rss, start_line,
+                           sum(lone_seconds[i] for i in four), four_concurrent, four_identical,
+                           statistics.mean([r.rows_per_round for r in answered] or [0.0]),
+                           statistics.mean([r.draft_length for r in answered] or [0.0]),
+                           sum(r.draft_capped_rounds > 0 for r in answered), notes[-1] if notes else None)
+    return figures, alone, load
 
 
 def llama_cpp_batched(gguf: Path, prompts: list[str], max_tokens: int, threads: int, sequences: int) -> dict:
@@ -310,8 +361,8 @@ def llama_cpp_batched(gguf: Path, prompts: list[str], max_tokens: int, threads: 
 def run_batching(args, prompts: list[str]) -> dict:
     print(f"\n3. continuous batching: {args.load_requests} requests from {args.load_clients} clients, "
           f"{args.max_new_tokens} new tokens, greedy", flush=True)
-    one, alone = run_batching_server(args, prompts, 1, None)
-    batched, _ = run_batching_server(args, prompts, 8, alone)
+    one, alone, _ = run_batching_server(args, prompts, 1, None)
+    batched, _, batched_load = run_batching_server(args, prompts, 8, alone)
     try:
         from anypair.backends.llama_cpp_guard import require_llama_cpp_runs
         from anypair.zoo.registry import ZOO_MODELS
@@ -332,19 +383,29 @@ def run_batching(args, prompts: list[str]) -> dict:
              "goal 100%"),
             ("TTFT alone / under load (s)", f"{one.ttft_alone_s:.2f} / {one.ttft_under_load_s:.2f}",
              f"{batched.ttft_alone_s:.2f} / {batched.ttft_under_load_s:.2f}",
-             f"{batched.ttft_under_load_s / batched.ttft_alone_s:.2f}x (goal <= 1.5x)"),
-            ("peak RSS (GiB)", f"{one.peak_rss_bytes / gib:.2f}", f"{batched.peak_rss_bytes / gib:.2f}", "")]
+             f"{batched.ttft_under_load_s / batched.ttft_alone_s:.2f}x (goal <= 1.5x), joining "
+             f"{batched.decoding_when_it_joined} decoding"),
+            ("peak RSS (GiB)", f"{one.peak_rss_bytes / gib:.2f}", f"{batched.peak_rss_bytes / gib:.2f}", ""),
+            ("4 at once / 4 one after another (s)", f"{one.four_concurrent_s:.1f} / {one.four_serial_s:.1f}",
+             f"{batched.four_concurrent_s:.1f} / {batched.four_serial_s:.1f}",
+             f"{batched.four_concurrent_s / batched.four_serial_s:.2f}x (goal <= 0.45x); identical "
+             f"{batched.four_identical}/4"),
+            ("rows per round / draft length (mean)", f"{one.mean_rows_per_round:.1f} / {one.mean_draft_length:.1f}",
+             f"{batched.mean_rows_per_round:.1f} / {batched.mean_draft_length:.1f}",
+             f"requests whose drafts the batch cut: {batched.requests_capped}/{batched.answered}")]
     print(f"  {'':38s} {'--max-batch 1':>16s} {'--max-batch 8':>16s}")
     for name, a, b, note in rows:
         print(f"  {name:38s} {a:>16s} {b:>16s}  {note}")
     print(f"  server start line: {batched.start_line}")
+    print(f"  a response's batch note: {batched.sample_note}")
     if "error" in llama:
         print(f"  llama.cpp batched decode: not run ({llama['error']})")
     else:
         print(f"  llama.cpp batched decode ({llama['sequences']} sequences, target alone, no draft): "
               f"{llama['aggregate_tok_s']:.2f} tok/s aggregate; answers differing from alone: "
               f"{llama['differ']}/{llama['sequences']}")
-    return {"one_at_a_time": asdict(one), "batched": asdict(batched), "llama_cpp": llama}
+    return {"one_at_a_time": asdict(one), "batched": asdict(batched), "llama_cpp": llama,
+            "batched_load": [asdict(r) for r in batched_load]}
 
 
 def main() -> None:

@@ -40,3 +40,17 @@ def torch_threads_restored():
     yield
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
+
+
+# --- shared models --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def smol_alone_fp32(zoo_fetch):
+    """SmolLM2-135M alone on the torch engine in fp32 (an engine of one slot), loaded once for the run:
+    its load measures the batch-invariance contract (seconds on 2 cores), which three modules paid
+    each. The generator holds no request's state between requests (no draft, no ledger), so modules
+    share it as they shared their own across their tests."""
+    from anypair import AnyPairGenerator
+
+    return AnyPairGenerator("HuggingFaceTB/SmolLM2-135M-Instruct", None, engine="torch", weights="fp32", threads=2)

@@ -13,10 +13,12 @@ N_NEW = 10
 
 
 @pytest.fixture(scope="module")
-def smol_with_gemma(zoo_fetch):
+def smol_with_gemma(smol_alone_fp32):
     from anypair import AnyPairGenerator
 
-    return AnyPairGenerator(SMOL, GEMMA, dtype="fp32", draft_length="constant", num_draft_tokens=4)
+    # the target: the run's shared SmolLM2 member (a loaded member passes through as itself)
+    return AnyPairGenerator(smol_alone_fp32.target, GEMMA, dtype="fp32", draft_length="constant",
+                            num_draft_tokens=4)
 
 
 def test_base_model_draft_reads_the_targets_rendered_conversation(smol_with_gemma):

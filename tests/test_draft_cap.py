@@ -7,12 +7,13 @@ PROMPT = "def fibonacci(n):\n    if n < 2:\n        return n\n"
 CAP = 2
 
 
-def test_num_draft_tokens_caps_proposals_with_the_defaults(zoo_fetch):
+def test_num_draft_tokens_caps_proposals_with_the_defaults(smol_alone_fp32):
     from anypair import AnyPairGenerator
     from anypair.types import SamplingConfig
 
-    # same vocabulary: one draft step proposes exactly one target token
-    gen = AnyPairGenerator(SMOL, SMOL, dtype="fp32", num_draft_tokens=CAP)
+    # same vocabulary: one draft step proposes exactly one target token; the target is the run's
+    # shared SmolLM2 member (a loaded member passes through as itself)
+    gen = AnyPairGenerator(smol_alone_fp32.target, SMOL, dtype="fp32", num_draft_tokens=CAP)
     drafter = gen._model_drafter(SamplingConfig(), None)  # the cached greedy drafter that generate() uses
     asked, proposed = [], []
     propose_steps = drafter.propose_steps  # what the scheduler runs: the proposal, its draft steps yielded

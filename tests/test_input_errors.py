@@ -157,10 +157,8 @@ def test_half_written_tokenizer_json_names_the_file(tmp_path, smol_folder):
 # --- requests: a real model, rejected before it generates anything -------------------------------
 
 @pytest.fixture(scope="module")
-def smol_alone(zoo_fetch):
-    from anypair import AnyPairGenerator
-
-    return AnyPairGenerator(SMOL, None, dtype="fp32")
+def smol_alone(smol_alone_fp32):
+    return smol_alone_fp32
 
 
 @pytest.mark.parametrize("request_args, fragment", [

@@ -358,7 +358,32 @@ def test_a_round_the_policy_does_not_draft_never_calls_the_drafter():
     result, target = run(drafter, policy=PlainSteps())
     check_against_target_alone(result, target)
     assert drafter.calls["propose"] == 0 and result.stats.draft_tokens_proposed == 0
-    assert drafter.calls["commit"] == len(result.target_ids) - 1  # kept in step all the same
+    # a request that never drafts (a batch under load) never pays the draft's prompt read
+    assert drafter.calls["start"] == 0 and drafter.calls["commit"] == 0
+
+
+class DraftsFromRound(DraftLengthPolicy):
+    """No drafting for the first `plain` rounds, then 3 tokens a round."""
+
+    def __init__(self, plain: int) -> None:
+        self.plain, self.rounds = plain, 0
+
+    def next_length(self) -> int:
+        return 0 if self.rounds < self.plain else 3
+
+    def update(self, feedback: RoundFeedback) -> None:
+        self.rounds += 1
+
+
+def test_a_drafter_started_late_reads_the_prompt_and_everything_generated_since():
+    drafter = ScriptedDrafter(right())
+    result, target = run(drafter, policy=DraftsFromRound(5))
+    check_against_target_alone(result, target)
+    assert drafter.calls["start"] == 1
+    # in step from its first round: every proposal of the "right" script is kept
+    assert result.stats.draft_tokens_proposed > 0
+    assert result.stats.draft_tokens_accepted == result.stats.draft_tokens_proposed
+    assert result.stats.draft_rounds == result.stats.rounds - 5
 
 
 def test_num_draft_tokens_caps_what_a_confidence_stopping_drafter_is_asked():

@@ -315,6 +315,12 @@ def test_8_concurrent_requests_equal_each_alone_some_joining_mid_decode_one_canc
     timings = responses[0].model_extra["timings"]
     assert timings["predicted_n"] == 16 and timings["draft_n"] >= timings["draft_n_accepted"] >= 0
     assert responses[0].model_extra["anypair"]["mean_acceptance_length"] >= 1.0
+    # what the batch did to each request's drafts, in its response
+    plans = [r.model_extra["anypair"] for r in responses]
+    assert all(p["rows_per_round"] >= 1 and p["draft_length"] >= 0 and p["draft_capped_rounds"] >= 0 for p in plans)
+    # the late ones joined while others decoded: those others drafted nothing while the prompts were read
+    notes = [p["batch_draft_note"] for p in plans if p["batch_draft_note"]]
+    assert all(note.startswith(("drafting off", "drafts capped")) for note in notes), notes
     deadline = time.monotonic() + 30  # the leaver's slot frees at the next round
     while httpx.get(f"{server.root}/health", timeout=10).json()["cancelled"] == cancelled_before:
         assert time.monotonic() < deadline

@@ -15,10 +15,8 @@ N_NEW = 12
 
 
 @pytest.fixture(scope="module")
-def gen(zoo_fetch):
-    from anypair import AnyPairGenerator
-
-    return AnyPairGenerator(SMOL, None, dtype="fp32")
+def gen(smol_alone_fp32):
+    return smol_alone_fp32
 
 
 @pytest.fixture(scope="module")

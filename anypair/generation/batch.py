@@ -12,23 +12,26 @@ many as memory holds). A round of `BatchScheduler.round()`:
 1. drops the requests whose client left (their slots free at once) and admits waiting ones into free
    slots (a request joins at the next round, never mid-round);
 2. gathers every active request's rows: its last token and its proposal, or the next chunk of its
-   prompt (at most `PREFILL_ROWS` prompt rows a round over all requests, so that a long prompt
-   does not stall those already streaming; a request alone reads its prompt in pieces of the
-   engine's `prompt_rows_per_forward`);
+   prompt. A joining prompt has priority: a round reads as many of its rows as keep the decoding
+   requests' part of the round small (`policies.batch.prompt_rows`, from the measured row cost;
+   a request alone reads its prompt in pieces of the engine's `prompt_rows_per_forward`), oldest
+   prompt first, and the others draft nothing while it is read;
 3. runs ONE forward over all those rows (`ModelBackend.forward_rows`): each row attends to its own
    slot only, and every row's logits are bitwise those it gets alone (the GGUF engine's kernels are
    batch-invariant per row; an engine of one slot only ever runs one request's rows);
-4. hands each request its logits: it verifies, commits, streams its text and drafts its next
-   proposal on its own draft slot, each draft step of every request again in one shared forward of
-   the draft's engine (the drafts' steps run in lockstep before the target's forward), until it
-   yields its next target call.
+4. plans the next round's drafts for the whole batch (`policies.batch.plan_batch_drafts`: one cap
+   on every request's draft length, down to none, from what the engines measured a forward of n
+   rows to cost) and hands each request its logits: it verifies, commits, streams its text and
+   drafts its next proposal (within the cap) on its own draft slot, each draft step of every
+   request again in one shared forward of the draft's engine (the drafts' steps run in lockstep
+   before the target's forward), until it yields its next target call.
 
 So a request's text is the one it gets alone, whatever else runs beside it: the same loop, the same
-logits. What batching changes is the price of a row: each request is charged its share of the shared
-call (`row_share`: the call's base split among its requests, plus the marginal cost of its own rows),
-and the draft-length policy plans on that. On a full batch the base is shared eight ways while the
-draft's own steps are not, so drafting pays less and the policy may stop it (`GenerationStats.
-undrafted_shared_rounds` counts those rounds).
+logits; only how much it drafts changes, and drafting never changes the text. Each request is
+charged its share of the shared call (`row_share`: the call's base split among its requests, plus
+the marginal cost of its own rows, at the slope measured on the engine), and its statistics say how
+many rows its rounds shared (`GenerationStats.mean_rows_per_round`), how long a draft it was allowed
+(`mean_draft_length`), in how many rounds the batch cut its draft, and why (`batch_draft_note`).
 """
 from __future__ import annotations
 
@@ -42,11 +45,12 @@ import torch
 from anypair.backends.base import ModelBackend, SequenceRows
 from anypair.drafters.base import DraftCall
 from anypair.generation.loop import DecodeSession, Step, TargetCall
+from anypair.policies.batch import BatchCosts, DraftingRequest, plan_batch_drafts, prompt_rows
 from anypair.types import GenerationResult
 
-#: prompt rows a round feeds over all prefilling requests (the engine's own prefill chunk): a long
-#: prompt takes several rounds while the others keep streaming
-PREFILL_ROWS = 64
+#: a round that reads a joining prompt beside decoding requests reads at most this many of the
+#: engine's prompt pieces: the bound on how long one round keeps the decoding requests waiting
+MAX_PROMPT_PIECES_PER_ROUND = 4
 
 
 class RequestSink(Protocol):
@@ -109,15 +113,18 @@ class BatchScheduler:
     callback for when it ends (the generator's `_batch_session`); `engine` is the target's engine,
     holding at least `max_batch` slots (`AnyPairGenerator.batch_scheduler` checks `max_batch` and
     gives the engines their slots); `slope` prices rows (`row_share`); `draft_engine` runs the
-    `DraftCall`s of the sessions that yield them (None: no session does)."""
+    `DraftCall`s of the sessions that yield them (None: no session does); `costs`: what earlier
+    rounds on these engines measured (a generator keeps one for all its schedulers; None: a new
+    one); `slope` prices rows until the engine's rows are measured."""
 
     def __init__(self, engine: ModelBackend, max_batch: int, make_session: SessionMaker, slope: float,
-                 draft_engine: Optional[ModelBackend] = None) -> None:
+                 draft_engine: Optional[ModelBackend] = None, costs: Optional[BatchCosts] = None) -> None:
         self.engine = engine
         self.draft_engine = draft_engine
         self.max_batch = max_batch
         self.make_session = make_session
         self.slope = slope
+        self.costs = costs if costs is not None else BatchCosts()
         self.waiting: deque[_Waiting] = deque()
         self.active: list[_Active] = []
         self.rounds = 0
@@ -139,7 +146,8 @@ class BatchScheduler:
 
     # -- a round ------------------------------------------------------------------------------------
     def round(self) -> None:
-        """Admit, run one shared forward, hand out the logits (a no-op when nothing is active)."""
+        """Admit, run one shared forward, plan the next drafts, hand out the logits (a no-op when
+        nothing is active)."""
         self._drop_cancelled()
         self._admit()
         while any(isinstance(a.call, DraftCall) for a in self.active):
@@ -147,6 +155,7 @@ class BatchScheduler:
         if not self.active:
             return
         calls, feeds = self._gather()
+        rows = [len(c.ids) for c in calls]
         started = time.perf_counter()
         try:
             outputs = self.engine.forward_rows(calls)
@@ -154,21 +163,47 @@ class BatchScheduler:
             for active, _ in feeds:
                 self._end(active, exc)
             return
-        shares = row_share(time.perf_counter() - started, [len(c.ids) for c in calls], self.slope)
+        seconds = time.perf_counter() - started
+        self.costs.target.observe(sum(rows), seconds)
+        shares = row_share(seconds, rows, self._slope(sum(rows)))
         self.rounds += 1
-        for (active, done), logits, share in zip(feeds, outputs, shares):
+        advancing = [(active, logits) for (active, done), logits in zip(feeds, outputs) if done]
+        self._plan_drafts([active for active, _ in advancing])
+        for (active, _), share in zip(feeds, shares):
             call = active.call
             assert call is not None
             call.charged_seconds += share
             call.batch_size = len(calls)
-            if done:
-                self._advance(active, logits)
+            call.rows = sum(rows)
+        started = time.perf_counter()
+        for active, logits in advancing:
+            self._advance(active, logits)
+        self.costs.observe_request_work(len(advancing), time.perf_counter() - started)
+
+    def _slope(self, rows: int) -> float:
+        """What each row of a forward of `rows` rows adds, as a share of a one-row forward: measured
+        on the engine once it has run both sizes, the engine's declared figure until then."""
+        measured = self.costs.target.relative_slope(rows)
+        return self.slope if measured is None else measured
+
+    def _plan_drafts(self, advancing: list[_Active]) -> None:
+        """The whole batch's draft plan for the rounds the requests in `advancing` are about to draft
+        (`policies.batch.plan_batch_drafts`), set on each session as its cap."""
+        reading = any(a.call is not None and a.call.prefill and a not in advancing for a in self.active) \
+            or (bool(self.waiting) and len(self.active) < self.max_batch)
+        requests = [DraftingRequest(a.session.policy.next_length(), a.session.acceptance.rate) for a in advancing
+                    if not a.session.drafter_off]
+        plan = plan_batch_drafts(requests, self.costs.target, self.costs.draft,
+                                 self.costs.request_work_s * len(advancing), reading_prompt=reading)
+        for active in advancing:
+            active.session.draft_cap, active.session.draft_cap_reason = plan.cap, plan.reason
 
     def _draft_round(self) -> None:
         """One shared draft forward: the next draft step of every request drafting now."""
         drafting = [a for a in self.active if isinstance(a.call, DraftCall)]
         assert self.draft_engine is not None, "a session yielded a DraftCall to a scheduler without a draft engine"
         calls = [SequenceRows(a.slot, a.call.ids, "last") for a in drafting]
+        rows = [len(c.ids) for c in calls]
         started = time.perf_counter()
         try:
             outputs = self.draft_engine.forward_rows(calls)
@@ -176,20 +211,28 @@ class BatchScheduler:
             for active in drafting:
                 self._end(active, exc)
             return
-        shares = row_share(time.perf_counter() - started, [len(c.ids) for c in calls], self.slope)
+        forward_s = time.perf_counter() - started
+        shares = row_share(forward_s, rows, self._slope(sum(rows)))
         for active, logits, share in zip(drafting, outputs, shares):
             active.call.charged_seconds = share
             self._advance(active, logits)
+        # a draft step costs the batch its forward and each request's work on its logits (picking,
+        # translating): both grow with the requests drafting
+        self.costs.draft.observe(sum(rows), time.perf_counter() - started)
 
     def _prompt_rows(self) -> Optional[int]:
-        """Prompt rows this round reads over all requests (None: no bound). Beside other requests in
-        the forward, PREFILL_ROWS, so that a long prompt does not stall those already streaming;
-        alone, the engine's own piece (a one-slot engine, always alone, reads a whole prompt in one
-        call as `prefill` does, and chunks it inside: its numerics may depend on the chunks)."""
+        """Prompt rows this round reads over all requests (None: no bound). Alone, the engine's own
+        piece (a one-slot engine, always alone, reads a whole prompt in one call as `prefill` does,
+        and chunks it inside: its numerics may depend on the chunks). Beside decoding requests, the
+        rows that keep their part of the round small (`policies.batch.prompt_rows`), in pieces of
+        the engine's own, at most MAX_PROMPT_PIECES_PER_ROUND of them."""
         own = self.engine.prompt_rows_per_forward
-        if len(self.active) > 1:
-            return PREFILL_ROWS if own is None else min(PREFILL_ROWS, own)
-        return own
+        if len(self.active) == 1 or own is None:
+            return own
+        decoding = [a.call for a in self.active if a.call is not None and not a.call.prefill]
+        decode_rows = sum(len(c.ids) for c in decoding)
+        return prompt_rows(decode_rows, self.costs.target, self.costs.request_work_s * len(decoding), own,
+                           MAX_PROMPT_PIECES_PER_ROUND * own)
 
     def _gather(self) -> tuple[list[SequenceRows], list[tuple[_Active, bool]]]:
         """Each active request's rows of this round (a prefill gets what remains of `_prompt_rows`)."""

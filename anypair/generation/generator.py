@@ -33,6 +33,7 @@ from anypair.generation.options import (
     plan_request,
 )
 from anypair.policies import DraftLengthPolicy, StepCosts, draft_prompt_window, estimated_step_costs
+from anypair.policies.batch import BatchCosts
 from anypair.policies.ledger import DraftingLedger, LedgerDecision, RequestOutcome
 from anypair.sampling.keyed import PositionNoise
 from anypair.types import GenerationResult, SamplingConfig
@@ -174,6 +175,9 @@ class AnyPairGenerator:
         self._same_vocabulary: Optional[bool] = None
         # whether drafting paid on recent requests, per (drafter kind, sampling): see _ledger
         self._ledgers: dict[tuple[str, bool], DraftingLedger] = {}
+        # what the engines measured a forward of n rows to cost, for every scheduler of this
+        # generator: the batch's draft plan and prompt chunks read them (policies.batch)
+        self._batch_costs = BatchCosts()
         self._pair = PairFacts(has_draft_model=self.draft is not None)
         self._grammar_compiler: Optional[GrammarCompiler] = None
 
@@ -393,6 +397,8 @@ class AnyPairGenerator:
         if entry is None or session.result is None:
             return
         stats = session.result.stats
+        if stats.draft_rounds == 0:  # the batch kept drafting off (under load): nothing learnt about drafting
+            return
         outcome = RequestOutcome.measure(
             stats.new_tokens, stats.time_prefill_s,
             stats.time_drafting_s + stats.time_translating_s + stats.time_verifying_s,
@@ -521,7 +527,7 @@ class AnyPairGenerator:
             if backend.slots < max_batch:
                 backend.set_slots(max_batch)
         return BatchScheduler(self.target_backend, max_batch, self._batch_session, self._verify_slope(),
-                              draft_engine=self.draft_backend)
+                              draft_engine=self.draft_backend, costs=self._batch_costs)
 
     def _batch_session(self, slot: int, arguments: dict) -> tuple[DecodeSession, Callable[[DecodeSession], None]]:
         """A request's session on slot `slot` (`arguments` are stream()'s), and what to do when it ends."""

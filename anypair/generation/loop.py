@@ -33,6 +33,7 @@ from anypair.backends.base import ModelBackend
 from anypair.drafters.base import DraftCall, DraftRequest, Drafter, NoDrafter
 from anypair.generation.text import TextAssembler
 from anypair.policies import DraftLengthPolicy
+from anypair.policies.acceptance import AcceptanceEstimate
 from anypair.tokenization.base import TokenizerAdapter
 from anypair.types import (
     DraftBudget,
@@ -79,13 +80,14 @@ class TargetCall:
     The driver sets `charged_seconds`, the time the call costs this request: the call's own time
     alone; in a shared call, its share (`generation.batch.row_share`): the base split among the
     requests, each row's marginal cost to the request that drafted it. `batch_size`: the requests
-    sharing the call."""
+    sharing the call; `rows`: the rows of the whole forward."""
 
     ids: list[int]
     all_logits: bool
     prefill: bool = False
     charged_seconds: float = 0.0
     batch_size: int = 1
+    rows: int = 0
 
 
 #: what `DecodeSession.steps` yields: a forward it needs (answered with its logits), or verified text
@@ -121,6 +123,19 @@ class DecodeSession:
         #: draft's engine, in one forward with the other requests' (the generator sets it for a
         #: ModelDrafter it made on a slot of that engine). False: the drafter runs them itself
         self.yields_draft_calls = False
+        #: the batch's cap on this request's draft length for its next round (None: its policy's
+        #: length stands) and why, set by the scheduler from the whole batch's measured costs
+        #: (`policies.batch.plan_batch_drafts`) before it hands the request its logits
+        self.draft_cap: Optional[int] = None
+        self.draft_cap_reason: Optional[str] = None
+        #: the per-token acceptance of this request's proposals, for the batch's plan (whatever its
+        #: own policy estimates, or not)
+        self.acceptance = AcceptanceEstimate()
+
+    @property
+    def drafter_off(self) -> bool:
+        """The request runs the target alone (it never drafted, or its drafter was disabled)."""
+        return isinstance(self.drafter, NoDrafter)
 
     # -- helpers ------------------------------------------------------------------------------
     def _mask_padding(self, logits: torch.Tensor) -> torch.Tensor:
@@ -240,19 +255,32 @@ class DecodeSession:
         if chunk:
             yield self._piece(chunk)
 
-        if not done and not isinstance(self.drafter, NoDrafter):
-            t0 = time.perf_counter()
-            draft_request = self.request.draft_request or DraftRequest(list(self.request.target_prompt_ids))
-            self._drafter_call("start", self.drafter.start, draft_request)
-            self._drafter_call("commit", self.drafter.commit, [first_target_id])
-            stats.time_drafting_s += time.perf_counter() - t0
+        # the draft reads its prompt before the first round that drafts (not inside it: a round
+        # that paid the read would look like drafting that loses time), and never when the batch
+        # keeps drafting off for the whole request
+        draft_started = False
         self.policy.reset(confidence_stopping=self.drafter.stops_by_confidence)
         last_target_id = first_target_id
         empty_rounds = 0
         while not done:
             # the target adds one token of its own after the proposal
             room = self.request.max_new_tokens - len(self.generated) - 1
-            budget = DraftBudget(self.policy.next_length(), room, self.policy.stop_confidence())
+            length = wanted = self.policy.next_length()
+            if self.draft_cap is not None and self.draft_cap < wanted and not self.drafter_off:
+                length = self.draft_cap
+                stats.draft_capped_rounds += 1
+                stats.batch_draft_note = self.draft_cap_reason
+            if length > 0 and not draft_started and not self.drafter_off:
+                draft_started = True
+                t0 = time.perf_counter()
+                draft_request = self.request.draft_request or DraftRequest(list(self.request.target_prompt_ids))
+                self._drafter_call("start", self.drafter.start, draft_request)
+                self._drafter_call("commit", self.drafter.commit, list(self.generated))
+                stats.time_drafting_s += time.perf_counter() - t0
+            if not self.drafter_off:
+                stats.draft_length_sum += length
+                stats.draft_rounds += length > 0
+            budget = DraftBudget(length, room, self.policy.stop_confidence())
             t0 = time.perf_counter()
             proposal = yield from self._propose(budget)
             if constraint is not None and len(proposal):
@@ -278,6 +306,7 @@ class DecodeSession:
             stats.time_verifying_s += t2 - t1
             self.verify_passes.append((1 + len(proposal), t2 - t1))
             stats.batch_size_sum += call.batch_size
+            stats.rows_sum += call.rows or len(call.ids)
             stats.batch_size_max = max(stats.batch_size_max, call.batch_size)
             if call.batch_size > 1 and budget.max_draft_steps == 0 and not isinstance(self.drafter, NoDrafter):
                 stats.undrafted_shared_rounds += 1
@@ -287,6 +316,7 @@ class DecodeSession:
             if constraint is not None:
                 constraint.commit(new_target_ids)
             self._count_round(proposal, outcome)
+            self.acceptance.observe_counts(outcome.n_accepted, len(proposal))
             done = self._commit(new_target_ids)
             chunk = self.text.take_new(final=done)
             if chunk:
@@ -295,9 +325,10 @@ class DecodeSession:
                 break
             last_target_id = outcome.next_target_id
 
-            t3 = time.perf_counter()
-            self._drafter_call("commit", self.drafter.commit, new_target_ids)
-            stats.time_drafting_s += time.perf_counter() - t3
+            if draft_started:  # a drafter not started yet gets everything generated when it starts
+                t3 = time.perf_counter()
+                self._drafter_call("commit", self.drafter.commit, new_target_ids)
+                stats.time_drafting_s += time.perf_counter() - t3
             self.policy.update(RoundFeedback.of_round(budget, proposal, outcome, t1 - t0, t2 - t1))
             # an empty proposal is a normal answer from a drafter that stops when unsure
             nothing_usable = not len(proposal) and budget.max_draft_steps > 0 and not self.drafter.stops_by_confidence

@@ -10,6 +10,8 @@
 
 Across requests, `ledger.DraftingLedger` remembers whether drafting paid on a generator's recent
 requests; while it has not, the generator runs requests with the target alone (exploring now and then).
+Within a batch (requests sharing each forward), `batch.plan_batch_drafts` caps every request's length
+(to none under load) from the row costs measured on the running engines (`batch.RowCosts`).
 
 Parts: `costs` (the CostModel interface: `TimedCosts`, `FixedCosts`), `acceptance`
 (`AcceptanceEstimate`), `probes` (`ProbeSchedule`). `POLICIES` is the one list of the policies'

@@ -387,6 +387,12 @@ def round_statistics(result: GenerationResult, engines: str, queue_wait_s: float
         "batch_size": round(s.mean_batch_size, 3),
         "batch_size_max": max(1, s.batch_size_max),
         "undrafted_shared_rounds": s.undrafted_shared_rounds,
+        # the batch's plan: rows per target forward, the draft length its rounds were allowed, the
+        # rounds whose draft the batch cut (to none: drafting off under load) and why
+        "rows_per_round": round(s.mean_rows_per_round, 3),
+        "draft_length": round(s.mean_draft_length, 3),
+        "draft_capped_rounds": s.draft_capped_rounds,
+        "batch_draft_note": s.batch_draft_note,
         # vLLM's speculative-decoding figure: tokens a verification step yields (1 + accepted draft tokens)
         "mean_acceptance_length": round(1.0 + s.mean_accepted_per_round, 4),
     }
