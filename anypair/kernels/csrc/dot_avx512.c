@@ -15,6 +15,18 @@
 
 #define AP_INLINE static inline __attribute__((always_inline))
 
+// Software prefetch, for tiles of AP_PREFETCH_MIN_ROWS activation rows or more: there a super-block's
+// multiplies outlast its bytes' arrival, and the line AP_PREFETCH_AHEAD super-blocks ahead is asked for
+// at each step (one line a step, spread over the block). Measured on 2 Zen 4 threads (Qwen2.5-1.5B,
+// context 300, A/B in one process): 6 rows 59 -> 50 ms, 8 rows 77 -> 60, 16 rows 122 -> 102; with 1-3
+// rows the step is memory-bound, the hardware prefetcher keeps up and the prefetches only cost issue
+// slots (3 rows 37.4 -> 39.7 ms), so they are left out there.
+#define AP_PREFETCH_AHEAD 2
+#define AP_PREFETCH_MIN_ROWS 4
+AP_INLINE void prefetch_ahead(const void *block, size_t block_bytes, size_t offset) {
+    _mm_prefetch((const char *)block + AP_PREFETCH_AHEAD * block_bytes + offset, _MM_HINT_T0);
+}
+
 AP_INLINE __m512i broadcast4(const int8_t *p) {  // 4 bytes (or two int16) into every 32-bit lane
     int32_t v; memcpy(&v, p, 4);
     return _mm512_set1_epi32(v);
@@ -138,6 +150,7 @@ AP_INLINE void group_q4_K_tile(const uint8_t *group, const ap_act *a, int r0, in
         __m512i isum[AP_ROW_TILE];
         for (int r = 0; r < R; r++) isum[r] = _mm512_setzero_si512();
         for (int p = 0; p < 4; p++) {
+            if (R >= AP_PREFETCH_MIN_ROWS) prefetch_ahead(gb, sizeof(*gb), 64 * p);  // d, dmin, sc, mn
             const __m512i pair = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)gb->sc[p]));
             for (int h = 0; h < 2; h++) {
                 const int j = 2 * p + h;
@@ -146,6 +159,7 @@ AP_INLINE void group_q4_K_tile(const uint8_t *group, const ap_act *a, int r0, in
                 for (int r = 0; r < R; r++) part[r] = _mm512_setzero_si512();
                 #pragma GCC unroll 4
                 for (int t = 4 * j; t < 4 * j + 4; t++) {
+                    if (R >= AP_PREFETCH_MIN_ROWS) prefetch_ahead(gb, sizeof(*gb), 320 + 64 * t);  // past d, dmin, sc, mn: qs
                     const __m512i packed = _mm512_loadu_si512(gb->qs[t]);
                     const __m512i q0 = _mm512_and_si512(packed, low4), q1 = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
                     step_rows(part, q0, q1, a, r0, R, 256, b, t);
@@ -182,6 +196,7 @@ AP_INLINE void group_q6_K_i8_tile(const uint8_t *group, const ap_act *a, int r0,
         __m512i isum[AP_ROW_TILE];
         for (int r = 0; r < R; r++) isum[r] = _mm512_setzero_si512();
         for (int p = 0; p < 8; p++) {
+            if (R >= AP_PREFETCH_MIN_ROWS && p < 5) prefetch_ahead(gb, sizeof(*gb), 64 * p);  // d and sc (288 bytes)
             const __m512i pair = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)gb->sc[p]));
             for (int r = 0; r < R; r++) {  // the offset of 32: -32 * (sc[2p] * s16[2p] + sc[2p+1] * s16[2p+1])
                 const int16_t *s16 = a->s16 + (size_t)(r0 + r) * (a->K / 16) + 16 * b + 2 * p;
@@ -195,6 +210,10 @@ AP_INLINE void group_q6_K_i8_tile(const uint8_t *group, const ap_act *a, int r0,
                 #pragma GCC unroll 2
                 for (int k = 0; k < 2; k++) {
                     const int t = 2 * u + k;
+                    if (R >= AP_PREFETCH_MIN_ROWS) {  // past d and sc: q[t]
+                        prefetch_ahead(gb, sizeof(*gb), 288 + 128 * t);
+                        prefetch_ahead(gb, sizeof(*gb), 288 + 128 * t + 64);
+                    }
                     const __m512i q0 = _mm512_loadu_si512(gb->q[t][0]), q1 = _mm512_loadu_si512(gb->q[t][1]);
                     step_rows(part, q0, q1, a, r0, R, 256, b, t);
                 }
