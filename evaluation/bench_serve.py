@@ -51,6 +51,9 @@ from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 REPO = Path(__file__).resolve().parent.parent
 SERVER_START_TIMEOUT_S = 900
 
+# llama.cpp's log callback while its batched decode runs: nothing (see llama_cpp_batched)
+_LLAMA_QUIET = None
+
 
 @dataclass
 class OverheadRun:
@@ -301,6 +304,10 @@ def llama_cpp_batched(gguf: Path, prompts: list[str], max_tokens: int, threads: 
     import llama_cpp as L
     import numpy as np
 
+    global _LLAMA_QUIET
+    if _LLAMA_QUIET is None:  # kept referenced: llama.cpp calls it for as long as the process runs
+        _LLAMA_QUIET = L.llama_log_callback(lambda level, text, user_data: None)
+    L.llama_log_set(_LLAMA_QUIET, None)  # the low-level API logs every graph it builds to stderr
     L.llama_backend_init()
     model = L.llama_model_load_from_file(str(gguf).encode(), L.llama_model_default_params())
     vocab = L.llama_model_get_vocab(model)
