@@ -249,12 +249,14 @@ def test_a_joining_prompt_is_read_in_chunks_sized_from_the_row_cost(pair):
     while not sinks[5].chunks and rounds_to_first_token < 20:
         scheduler.round()
         rounds_to_first_token += 1
-        reading = any(a.call is not None and a.call.prefill for a in scheduler.active)
+        reading = any(a.reading_prompt for a in scheduler.active)
         if reading:  # the decoders' next drafts wait for the prompt
-            assert all(a.session.draft_cap == 0 for a in scheduler.active if not a.call.prefill)
+            assert all(a.session.draft_cap == 0 for a in scheduler.active if not a.reading_prompt)
     prompt_rounds = target.row_counts[before:before + rounds_to_first_token]
     assert max(prompt_rounds) > 16 + 5  # more than one engine piece beside the decoders' rows
-    assert rounds_to_first_token < -(-len(joining) // 16)  # fewer rounds than pieces
+    # one piece a round would take a round per piece plus the round in flight when it joined; the
+    # chunks' size comes from measured times, so one chunk of two pieces is all this can ask for
+    assert rounds_to_first_token <= -(-len(joining) // 16)
     while scheduler.busy:
         scheduler.round()
     assert sinks[5].result.target_ids == alone.target_ids

@@ -95,6 +95,16 @@ class _Active:
     call: Union[TargetCall, DraftCall, None] = None
     prefilled: int = 0  # prompt rows already fed (a prefill call in progress)
 
+    @property
+    def reading_prompt(self) -> bool:
+        """Whether this request waits on its prompt's forward (a draft step or none: it does not)."""
+        return isinstance(self.call, TargetCall) and self.call.prefill
+
+    @property
+    def decoding(self) -> bool:
+        """Whether this request waits on a verification forward of the target."""
+        return isinstance(self.call, TargetCall) and not self.call.prefill
+
 
 @dataclass
 class _Waiting:
@@ -189,7 +199,7 @@ class BatchScheduler:
     def _plan_drafts(self, advancing: list[_Active]) -> None:
         """The whole batch's draft plan for the rounds the requests in `advancing` are about to draft
         (`policies.batch.plan_batch_drafts`), set on each session as its cap."""
-        reading = any(a.call is not None and a.call.prefill and a not in advancing for a in self.active) \
+        reading = any(a.reading_prompt and a not in advancing for a in self.active) \
             or (bool(self.waiting) and len(self.active) < self.max_batch)
         requests = [DraftingRequest(a.session.policy.next_length(), a.session.acceptance.rate) for a in advancing
                     if not a.session.drafter_off]
@@ -229,7 +239,7 @@ class BatchScheduler:
         own = self.engine.prompt_rows_per_forward
         if len(self.active) == 1 or own is None:
             return own
-        decoding = [a.call for a in self.active if a.call is not None and not a.call.prefill]
+        decoding = [a.call for a in self.active if a.decoding]
         decode_rows = sum(len(c.ids) for c in decoding)
         return prompt_rows(decode_rows, self.costs.target, self.costs.request_work_s * len(decoding), own,
                            MAX_PROMPT_PIECES_PER_ROUND * own)
