@@ -241,6 +241,11 @@ def test_a_joining_prompt_is_read_in_chunks_sized_from_the_row_cost(pair):
         scheduler.submit(dict(prompt=prompt, max_new_tokens=40), sink)
     for _ in range(4):  # they decode
         scheduler.round()
+    # each decoder's own work between forwards (verify, commit: Python, ~0.1-3 ms by machine and load)
+    # priced like a row here, so that what the decoders add to a round does not hang on this machine's
+    # speed: their 5 rows and 5 requests' work beside a 16-row piece are more than a quarter of it
+    for _ in range(8):
+        scheduler.costs.observe_request_work(5, 5 * 0.004)
     before = len(target.row_counts)
     scheduler.submit(dict(prompt=long_prompt, max_new_tokens=6), sinks[5])
     joining = pair.target.render(long_prompt, None)
