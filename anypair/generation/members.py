@@ -82,12 +82,12 @@ def load_member(spec: ModelSpec, *, role: str, engine: str = "auto", weights: st
     failed: tuple[str, ...] = ()
     while True:
         chosen = engine_named(resolve_engine(spec, engine, role, weights, excluded=failed))
-        on = device if device is not None else chosen.devices[0] if chosen.devices else (
+        member_device = device if device is not None else chosen.devices[0] if chosen.devices else (
             "cuda" if torch.cuda.is_available() else "cpu")
-        options = LoadOptions(weights=weights, device=on, backend=backend, linear_kernel=linear_kernel,
+        options = LoadOptions(weights=weights, device=member_device, backend=backend, linear_kernel=linear_kernel,
                               threads=threads, context=context)
-        if chosen.devices is not None and on not in chosen.devices:
-            raise InputError(f"the {chosen.name} engine runs on {', '.join(chosen.devices)}, not {on!r}: "
+        if chosen.devices is not None and member_device not in chosen.devices:
+            raise InputError(f"the {chosen.name} engine runs on {', '.join(chosen.devices)}, not {member_device!r}: "
                              "use engine='torch' on a GPU")
         if isinstance(spec, tuple) and LOADED not in chosen.sources:  # other specs: the loader says what is missing
             raise InputError(f"the {chosen.name} engine cannot run a model already loaded in memory: use engine='auto'")

@@ -124,16 +124,12 @@ int ap_linear(const ap_weight *ws, int nw, const float *x, int M, int K, float *
 }
 
 // ---- dequantization of whole rows (token embeddings, tests): the GGUF's own formulas ------------
+// (the row layouts only: the interleaved types, Q8_0 among them, go through ap_grouped_dequant_row)
 
 static void dequant_row(int type, const uint8_t *row, int K, float *y) {
     switch (type) {
         case AP_F32: memcpy(y, row, sizeof(float) * (size_t)K); return;
         case AP_F16: for (int i = 0; i < K; i++) y[i] = ap_h2f(((const uint16_t *)row)[i]); return;
-        case AP_Q8_0: {
-            const block_q8_0 *b = (const block_q8_0 *)row;
-            for (int i = 0; i < K / 32; i++) { float d = ap_h2f(b[i].d); for (int e = 0; e < 32; e++) y[32 * i + e] = d * b[i].qs[e]; }
-            return;
-        }
         case AP_Q4_0: {
             const block_q4_0 *b = (const block_q4_0 *)row;
             for (int i = 0; i < K / 32; i++) {
