@@ -240,6 +240,8 @@ def run_bench_cmd(args) -> int:
     if unknown or not drafters:
         raise InputError(f"unknown drafter(s) {unknown or repr(args.drafters)}: choose among {', '.join(DRAFTERS)}")
     draft = args.assistant_model if any(uses_draft_model(d) for d in drafters) else None
+    if args.regret:
+        return _run_regret(args, prompts, drafters, draft)
     try:
         contexts = [int(c) for c in args.verify_contexts.split(",") if c.strip()]
     except ValueError:
@@ -253,6 +255,25 @@ def run_bench_cmd(args) -> int:
     print(format_report(report))
     if args.json:
         save_json(report, args.json)
+        print(f"saved {args.json}")
+    return 0
+
+
+def _run_regret(args, prompts, drafters, draft) -> int:
+    """`anypair bench --regret`: the shipped policy beside every fixed draft length, per prompt."""
+    from anypair.benchmarking.regret import format_regret, run_regret
+
+    try:
+        lengths = tuple(int(k) for k in args.regret_lengths.split(",") if k.strip())
+    except ValueError:
+        raise InputError(f"--regret-lengths takes comma-separated integers, got {args.regret_lengths!r}") from None
+    if not lengths or min(lengths) < 0:
+        raise InputError(f"--regret-lengths: each length must be >= 0 (0: the target alone), got {args.regret_lengths!r}")
+    options = _generator_options(args)
+    report = run_regret(args.model, draft, prompts, max_new_tokens=args.max_new_tokens, drafters=drafters,
+                        lengths=lengths, chat=args.chat, json_path=args.json, **options)
+    print(format_regret(report))
+    if args.json:
         print(f"saved {args.json}")
     return 0
 
@@ -335,6 +356,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also measure the machine's read bandwidth and int8 peak and print, per k and context "
                         "(--verify-contexts, default 300), the target's achieved share of each and where its step's ms go")
     b.add_argument("--json", help="save every figure to this JSON file (--sweep: and its table beside it, as .md)")
+    b.add_argument("--regret", action="store_true",
+                   help="the draft-length policy's regret: per prompt, the shipped policy beside every fixed length "
+                        "(--regret-lengths) for each of --drafters, and its speed over the best in hindsight")
+    b.add_argument("--regret-lengths", default="0,1,2,3,4,5,6,7,8",
+                   help="comma-separated fixed draft lengths for --regret (0: the target alone; default 0..8)")
     sweep = b.add_argument_group("the seed-style sweep (--sweep): prompt length x new tokens x decoding, EOS ignored")
     sweep.add_argument("--sweep", action="store_true",
                        help="per example: prompts of exactly N target tokens cut from CNN/DailyMail articles, each "

@@ -72,6 +72,9 @@ class Proposal:
     translate_seconds: float = 0.0
     # the drafter's estimate of one draft step's cost, if it measures one (the policy's cost model)
     draft_step_seconds: Optional[float] = None
+    # part of the propose call the draft spent reading tokens committed since it last drafted (its
+    # catch-up after a paused stretch): a cost of the pause, not of drafting from here on
+    catch_up_seconds: float = 0.0
 
     def __len__(self) -> int:
         return len(self.target_ids)
@@ -101,12 +104,13 @@ class RoundFeedback:
     draft_step_seconds: Optional[float]  # the drafter's own measurement of one step, if any
     # the drafter's own probability that the whole proposal was right (model drafters), if any
     predicted_confidence: Optional[float] = None
+    catch_up_seconds: float = 0.0  # part of draft_seconds spent catching up on committed tokens
 
     @classmethod
     def of_round(cls, budget: DraftBudget, proposal: Proposal, outcome: VerifyOutcome,
                  draft_seconds: float, verify_seconds: float) -> RoundFeedback:
         return cls(budget.max_draft_steps, len(proposal), outcome.n_accepted, draft_seconds, verify_seconds,
-                   proposal.draft_step_seconds, proposal.confidence)
+                   proposal.draft_step_seconds, proposal.confidence, proposal.catch_up_seconds)
 
 
 @dataclass

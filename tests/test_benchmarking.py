@@ -377,3 +377,45 @@ def test_decode_speedups_leave_out_the_prefill_that_lengths_would_weigh_differen
     report = BenchReport(settings={}, runs=[run("target", 20, 1.0, 40.0), run("anypair", 120, 1.0, 25.0)])
     assert report.decode_speedups("anypair") == pytest.approx([1.6])
     assert report.speedups("anypair")[0] > 2.5  # tok/s: most of the target's short run was its prefill
+
+
+# ---- anypair bench --regret ------------------------------------------------------------------------
+
+
+def test_regret_is_the_policy_over_the_best_fixed_length_in_hindsight_per_prompt():
+    from anypair.benchmarking.regret import RegretReport, RegretRow
+
+    rows = [RegretRow(0, "model", policy_tps=12.0, fixed_tps={0: 10.0, 1: 11.0, 4: 15.0}, identical=True),
+            RegretRow(1, "model", policy_tps=10.0, fixed_tps={0: 10.0, 1: 9.0, 4: 8.0}, identical=True),
+            RegretRow(2, "model", policy_tps=9.0, fixed_tps={0: 10.0, 1: 12.0, 4: 11.0}, identical=False)]
+    assert [r.best_k for r in rows] == [4, 0, 1]  # the target alone can be the best fixed choice
+    assert [round(r.regret, 3) for r in rows] == [0.8, 1.0, 0.75]
+    summary = RegretReport({}, rows).summary("model")
+    assert summary["median_regret"] == pytest.approx(0.8) and summary["worst_regret"] == pytest.approx(0.75)
+    assert summary["worst_vs_target"] == pytest.approx(0.9) and summary["identical"] == 2
+    # each fixed length's median speedup over the target alone, the yardstick of a single k for all prompts
+    assert summary["median_speedup_by_k"] == {"0": 1.0, "1": 1.1, "4": 1.1}
+
+
+def test_regret_options_are_checked_before_any_model_loads():
+    from anypair.cli import main
+
+    assert main(["bench", "--regret", "--regret-lengths", "0,x"]) == 2
+    assert main(["bench", "--regret", "--regret-lengths", "-1,2"]) == 2
+
+
+@pytest.mark.slow
+def test_anypair_bench_regret_end_to_end_on_the_test_pair(zoo_fetch, tmp_path):
+    """`anypair bench --regret` on Qwen2.5-Coder-0.5B + SmolLM2: one prompt, the policy beside k = 0, 2
+    for two drafters; every output is the target's and the JSON holds the per-prompt regret."""
+    from anypair.cli import main
+
+    path = tmp_path / "regret.json"
+    status = main(["bench", "--regret", "-m", QWEN_SMALL, "-a", SMOL, "--n", "1", "--max-new-tokens", "12",
+                   "--drafters", "model,hybrid", "--regret-lengths", "0,2", "--threads", "2", "--json", str(path)])
+    assert status == 0
+    saved = json.loads(path.read_text())
+    assert [(r["drafter"], sorted(r["fixed_tps"])) for r in saved["rows"]] == [("model", ["0", "2"]), ("hybrid", ["0", "2"])]
+    assert all(r["identical"] and r["policy_tps"] > 0 and r["regret"] > 0 for r in saved["rows"])
+    assert [s["drafter"] for s in saved["summary"]] == ["model", "hybrid"]
+    assert saved["settings"]["lengths"] == [0, 2] and saved["settings"]["machine"]

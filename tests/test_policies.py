@@ -102,12 +102,12 @@ def test_adaptive_with_confidence_stopping_caps_length_and_advises_a_threshold()
 
 
 def test_confidence_stopping_pauses_drafting_while_it_loses_time():
-    p = ConfidenceStopLength(maximum=10, probe_every=4, first_probe_after=4)
-    # rounds that cost a draft step and save nothing: drafting pauses (k = 0) ...
-    for n in (1, 2, 1, 2, 1):
-        k = p.next_length()
-        p.update(RoundFeedback(k, n - 1, 0, 0.06, step(n), 0.05))
-    assert p.net_saving < 0
+    p = ConfidenceStopLength(maximum=10, probe_every=4, first_probe_after=4, min_rounds=3)
+    # rounds that cost a draft step and save nothing: after min_rounds of them drafting pauses (k = 0) ...
+    for n in (2, 1, 2):
+        assert not p.paused  # one or two bad rounds are no evidence
+        p.update(RoundFeedback(p.next_length(), n - 1, 0, 0.06, step(n), 0.05))
+    assert p.net_saving < 0 and p.paused
     lengths = []
     for _ in range(4):
         lengths.append(p.next_length())
@@ -119,11 +119,24 @@ def test_confidence_stopping_pauses_drafting_while_it_loses_time():
     assert p.net_saving > 0 and p.next_length() == 10
 
 
+def test_a_probe_is_judged_without_the_drafts_catch_up_read():
+    """The read of what was committed during a pause is what pausing cost; a probe whose drafting
+    pays resumes although that read made the round as a whole lose."""
+    p = ConfidenceStopLength(maximum=10, probe_every=2, first_probe_after=2)
+    for _ in range(3):
+        p.update(RoundFeedback(p.next_length(), 1, 0, 0.06, step(2), 0.05))
+    assert p.paused
+    while p.next_length() == 0:
+        p.update(plain_round())
+    # 3 of 3 kept (0.75 s of target steps saved for 0.1 s of drafting), after a 1.0 s catch-up read
+    p.update(RoundFeedback(10, 3, 3, 1.1, step(4), 0.05, catch_up_seconds=1.0))
+    assert not p.paused and p.next_length() == 10
+
+
 def test_probe_that_pays_resumes_drafting_at_once():
     p = ConfidenceStopLength(maximum=10, probe_every=3, first_probe_after=3)
-    for _ in range(8):  # long losing streak: a strongly negative average
-        k = p.next_length()
-        p.update(RoundFeedback(k, 1, 0, 0.3, step(2), 0.05))
+    for _ in range(3):  # a losing streak: a strongly negative average
+        p.update(RoundFeedback(10, 1, 0, 0.3, step(2), 0.05))
     assert p.net_saving < -0.2
     lengths = [p.next_length()]
     while lengths[-1] == 0 and len(lengths) <= 3:
@@ -136,10 +149,11 @@ def test_probe_that_pays_resumes_drafting_at_once():
 
 
 def test_failed_probes_back_off_and_a_paying_probe_resets_the_wait():
-    p = ConfidenceStopLength(maximum=10, probe_every=12, first_probe_after=2, give_up_after=6)
+    p = ConfidenceStopLength(maximum=10, probe_every=12, first_probe_after=2)
     losing = lambda k: RoundFeedback(k, 1, 0, 0.3, step(2), 0.05)
-    p.update(losing(p.next_length()))  # the first round loses time: paused
-    assert p.net_saving < 0
+    for _ in range(3):  # the first rounds lose time: paused
+        p.update(losing(p.next_length()))
+    assert p.paused
 
     def wait_for_probe() -> int:
         idle = 0
@@ -166,7 +180,8 @@ def test_failed_probes_back_off_and_a_paying_probe_resets_the_wait():
 def test_next_length_only_reads_the_state():
     """Asking twice gives the same answer: only `update` moves a paused policy towards its probe."""
     confident = ConfidenceStopLength(maximum=10, probe_every=4, first_probe_after=2)
-    confident.update(RoundFeedback(10, 1, 0, 0.3, step(2), 0.05))
+    for _ in range(3):
+        confident.update(RoundFeedback(10, 1, 0, 0.3, step(2), 0.05))
     expecting = ExpectedRateLength(maximum=12, probe_every=4)
     steep = lambda n: 0.25 + 0.1 * n
     for n_scored in (6, 1, 4, 2, 5, 3):
@@ -236,7 +251,8 @@ def test_fixed_costs_make_the_adaptive_policy_ignore_timings():
 
 
 def test_fixed_costs_pause_drafting_that_cannot_pay():
-    policy = AdaptiveLength(fixed_costs=StepCosts(draft_step=0.2, verify_slope=0.22), first_probe_after=12)
+    policy = AdaptiveLength(fixed_costs=StepCosts(draft_step=0.2, verify_slope=0.22), first_probe_after=12,
+                            probe_every=12)
     policy.reset(confidence_stopping=True)
     for _ in range(6):
         k = policy.next_length()
@@ -313,7 +329,7 @@ def test_num_draft_tokens_for_the_schedules():
     assert make_policy("constant", 7).next_length() == 7
     assert make_policy("heuristic", 2).next_length() == 2
     assert make_policy("constant").next_length() == 5
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="assisted=False"):
         make_policy("constant", 0)
     with pytest.raises(ValueError):
         make_policy("adaptive", 0)
@@ -321,12 +337,13 @@ def test_num_draft_tokens_for_the_schedules():
         make_policy("best")
 
 
-@pytest.mark.parametrize("make", [lambda: ConfidenceStopLength(maximum=10, probe_every=12, first_probe_after=2),
-                                  lambda: ExpectedRateLength(maximum=10, probe_every=12, first_probe_after=2)])
-def test_after_three_failed_probes_drafting_stays_off_for_the_request(make):
-    """Each probe makes the draft read every token since it last drafted: probing forever for a
-    draft that never pays costs ~10%. Three failures in a row end it until the next request; one
-    probe that pays before that keeps the schedule going."""
+@pytest.mark.parametrize("make", [lambda: ConfidenceStopLength(maximum=10, probe_every=8, first_probe_after=2),
+                                  lambda: ExpectedRateLength(maximum=10, probe_every=8, first_probe_after=2)])
+def test_probing_backs_off_but_never_stops(make):
+    """The text of one request changes predictability many times: a request that stopped probing
+    after three misses ran its predictable stretches as the target alone (HumanEval/9: 6 tokens
+    proposed in 127 rounds against 69% kept by a constant 4-token draft). Failed probes only lengthen
+    the wait, up to probe_every paused rounds."""
     p = make()
     p.reset()
     losing = lambda k: RoundFeedback(k, k, 0, 0.03 * k, 0.25 + 0.2 * k, 0.03)
@@ -336,18 +353,16 @@ def test_after_three_failed_probes_drafting_stays_off_for_the_request(make):
         lengths.append(k)
         p.update(losing(k) if k else plain_round())
     drafting_rounds = [i for i, k in enumerate(lengths) if k > 0]
-    assert 4 <= len(drafting_rounds) <= 6  # the first rounds (costs still being learnt) and three probes
-    assert drafting_rounds[-1] < 30 and lengths[-100:] == [0] * 100
-    assert p.probes.given_up
-    p.reset()  # a new request drafts again
-    assert not p.probes.given_up and p.next_length() > 0
+    gaps = [b - a for a, b in zip(drafting_rounds, drafting_rounds[1:])]
+    assert drafting_rounds[-1] >= 190 and max(gaps) <= 9  # still probing at the end, every 9th round at most
+    assert 20 <= len(drafting_rounds) <= 30  # mostly paused: probes only
 
 
 def test_probe_schedule_settings_are_checked():
     from anypair.policies import ProbeSchedule
 
-    with pytest.raises(ValueError, match="give_up_after"):
-        ProbeSchedule(2, 12, give_up_after=0)
+    with pytest.raises(ValueError, match="first_probe_after"):
+        ProbeSchedule(9, 8)
 
 
 # ---- across requests: the drafting ledger ------------------------------------------------------
@@ -372,35 +387,44 @@ def run_requests(ledger: DraftingLedger, outcomes: list[RequestOutcome]) -> str:
     return "".join(done)
 
 
-def test_a_ledger_of_losing_requests_skips_drafting_and_explores_with_backoff():
-    ledger = DraftingLedger(first_wait=2, longest_wait=8)
-    # the first request drafts (nothing known); then waits of 2, 4, 8, 8 skipped requests between explorations
-    assert run_requests(ledger, [losing()] * 30) == "D..E....E........E........E..."
+def test_a_ledger_of_a_pair_that_never_pays_skips_drafting_and_explores_with_backoff():
+    """gemma-3-270m drafting for the Qwen coder lost on every task: after min_requests of such
+    evidence the ledger runs requests without the draft model, exploring after 2, 4, 8, 8 skipped."""
+    ledger = DraftingLedger(min_requests=4, first_wait=2, longest_wait=8)
+    assert run_requests(ledger, [losing()] * 30) == "DDDD..E....E........E........E"
     decision = ledger.decide()
     assert not decision.draft and "lost 15% of the time" in decision.skip_note()
 
 
-def test_a_ledger_resumes_drafting_when_an_exploration_pays():
-    ledger = DraftingLedger(first_wait=2, longest_wait=8)
-    outcomes = [losing()] * 3 + [paying()] * 5  # the exploration (4th request) pays
-    assert run_requests(ledger, outcomes) == "D..EDDDD"
-    assert ledger.wait == 2 and ledger.share > 0
+def test_one_or_two_bad_prompts_never_turn_drafting_off():
+    """The previous ledger skipped the next prompts after one loser among winners (on 10 HumanEval
+    prompts it ran the target alone on 6, prompts where drafting kept 74% among them)."""
+    ledger = DraftingLedger(min_requests=4)
+    outcomes = [paying(0.7), losing(-0.14), losing(-0.3), paying(0.01), losing(-0.2), losing(-0.1), paying(0.3)]
+    assert run_requests(ledger, outcomes) == "DDDDDDD"
+    # however bad in total, a pair that pays on more than a quarter of its requests keeps drafting
+    ledger = DraftingLedger(min_requests=4)
+    assert run_requests(ledger, [losing(-0.5), paying(0.1)] * 6) == "D" * 12
+    assert ledger.share < 0 and not ledger.losing
 
 
-def test_a_ledger_keeps_drafting_while_the_average_pays():
-    ledger = DraftingLedger(smoothing=0.5)
-    # one losing request among paying ones: the smoothed share stays positive
-    assert run_requests(ledger, [paying(0.2), losing(-0.1), paying(0.2), losing(-0.1)]) == "DDDD"
-    # a heavy loss turns it (the smoothed saving was 0 s)
-    assert run_requests(ledger, [losing(-0.3), losing(), losing()]) == "D.."
+def test_a_ledger_resumes_drafting_once_explorations_pay():
+    ledger = DraftingLedger(window=8, min_requests=4, first_wait=2, longest_wait=8)
+    assert run_requests(ledger, [losing()] * 6) == "DDDD.."
+    # explorations that pay reset the wait, and as they join the evidence the pair is no longer losing
+    assert run_requests(ledger, [paying()] * 3) == "E.."
+    assert ledger.wait == 2
+    assert run_requests(ledger, [paying()] * 4) == "EDDD" and not ledger.losing
 
 
 def test_a_ledger_weighs_requests_by_their_length_and_can_forget():
-    ledger = DraftingLedger(smoothing=0.5)
+    ledger = DraftingLedger(min_requests=4, max_paying_share=0.5, losing_share=-0.02)
     short_loss = RequestOutcome(saving_s=-0.3, target_alone_s=1.0)  # -30% of a short request
     long_gain = RequestOutcome(saving_s=1.0, target_alone_s=5.0)  # +20% of a five times longer one
-    # saved 1.0 s, then 0.5 - 0.3 = 0.2 s (averaged shares would be -5% there), then 0.1 - 0.3 < 0
-    assert run_requests(ledger, [long_gain, short_loss, short_loss]) == "DDD"
+    # 1.0 - 3 x 0.3 = +0.1 s over 8 s: a quarter of the requests paid, yet they saved time in total
+    assert run_requests(ledger, [long_gain, short_loss, short_loss, short_loss]) == "DDDD"
+    assert ledger.share > 0 and not ledger.losing
+    assert run_requests(ledger, [short_loss]) == "D"  # -0.2 s in total: now losing
     assert ledger.losing and not ledger.decide().draft
     ledger.forget()
     assert ledger.share is None and ledger.decide().draft
@@ -408,7 +432,11 @@ def test_a_ledger_weighs_requests_by_their_length_and_can_forget():
 
 def test_ledger_settings_are_checked():
     with pytest.raises(ValueError):
-        DraftingLedger(smoothing=0)
+        DraftingLedger(min_requests=0)
+    with pytest.raises(ValueError):
+        DraftingLedger(window=4, min_requests=6)
+    with pytest.raises(ValueError):
+        DraftingLedger(max_paying_share=1.0)
     with pytest.raises(ValueError):
         DraftingLedger(first_wait=4, longest_wait=2)
 

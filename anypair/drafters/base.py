@@ -50,6 +50,18 @@ class Drafter(ABC):
     def start(self, request: DraftRequest) -> None:
         """Forget the previous request and prepare for this one."""
 
+    @property
+    def offers_free_proposals(self) -> bool:
+        """Whether `free_proposal` may propose: the loop then starts the drafter before the first
+        round even while the policy keeps the model from drafting."""
+        return False
+
+    def free_proposal(self, budget: DraftBudget) -> Proposal:
+        """A proposal that costs no draft-model step (a prompt-lookup match), asked for before each
+        round's model proposal and in rounds where the policy drafts nothing
+        (`budget.max_draft_steps` is the policy's length then: 0). Empty: nothing free this round."""
+        return Proposal([], source=self.name)
+
     @abstractmethod
     def propose(self, budget: DraftBudget) -> Proposal:
         """Propose at most `budget.max_target_tokens` target ids, running at most

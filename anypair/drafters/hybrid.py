@@ -1,13 +1,21 @@
-"""HybridDrafter: the prompt-lookup continuation when the current suffix has a long n-gram match
-(free to draft, and on code and summaries often right), the draft model otherwise. Both stay in sync.
+"""HybridDrafter: the prompt-lookup continuation when the current suffix has an n-gram match (free to
+draft, and on code and summaries often right), the draft model otherwise. Both stay in sync.
+
+The lookup half is the drafter's `free_proposal`: the loop asks for it every round, also in rounds
+where the length policy keeps the model from drafting, so a stretch that repeats earlier text (the
+answer to HumanEval/9 writes `rolling_max_list` four times) is proposed even while the model's
+drafting is paused. Before, the lookup ran only inside a round the policy let draft, and on
+HumanEval/9 it never proposed once the policy had paused.
 
 A lookup proposal costs no drafting but is not free to verify: where scoring n tokens costs
-1 + verify_slope x (n - 1) target steps (0.25 on the gguf engine on a CPU), ten wrong tokens cost
-3.25 steps for one. So the lookup's length follows its own acceptance in this request
-(`best_length` with a draft step of ~0), and while that acceptance is at most the slope a lookup
-proposal does not even beat a plain target step: the model drafts instead. Measured before this,
-on 10 HumanEval answers (Qwen2.5-Coder-1.5B, SmolLM2-135M, gguf engine): lookups of 12 tokens kept
-4 of 72 proposed tokens."""
+1 + verify_slope x (n - 1) target steps, ten wrong tokens cost 1 + 9 x slope steps for one. So the
+lookup's length follows its own acceptance in this request (`best_length` with a draft step of ~0).
+While the model may draft and the lookup's acceptance is at most the slope, the model drafts
+instead; while the model may not, a match is always proposed (one token or more: its row costs a
+slope's share of a step, its chance of being kept is the lookup's acceptance).
+
+With no model (`model_drafter=None`) the drafter is the lookup half
+alone: what a request runs when the ledger keeps the draft model off (`policies.ledger`)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -27,7 +35,7 @@ LOOKUP_STEP_COST = 1e-3
 class HybridDrafter(Drafter):
     name = "hybrid"
 
-    def __init__(self, model_drafter: ModelDrafter, lookup: Optional[PromptLookupDrafter] = None,
+    def __init__(self, model_drafter: Optional[ModelDrafter], lookup: Optional[PromptLookupDrafter] = None,
                  min_match: int = 3, lookup_tokens: int = 10, verify_slope: float = 0.05,
                  prior_lookup_acceptance: float = 0.7) -> None:
         if verify_slope < 0:
@@ -42,33 +50,45 @@ class HybridDrafter(Drafter):
 
     @property
     def stops_by_confidence(self) -> bool:
-        return self.model_drafter.stops_by_confidence
+        return self.model_drafter is not None and self.model_drafter.stops_by_confidence
+
+    @property
+    def offers_free_proposals(self) -> bool:
+        return True
 
     def start(self, request: DraftRequest) -> None:
         self.lookup.start(request)
-        self.model_drafter.start(request)
         self.lookup_acceptance.reset()
         self._lookup_proposed = []
+        if self.model_drafter is not None:
+            self.model_drafter.start(request)
 
     def lookup_length(self, budget: DraftBudget) -> int:
         """Tokens a lookup proposal may have now (0: let the model draft): the most expected target
         tokens per verification cost at the lookup's acceptance so far."""
         rate = self.lookup_acceptance.rate
-        if rate <= self.verify_slope:  # one proposed token would not pay for its verification
+        model_may_draft = budget.max_draft_steps > 0 and self.model_drafter is not None
+        if rate <= self.verify_slope and model_may_draft:  # one proposed token would not pay for its verification
             return 0
         longest = max(self.lookup_tokens, budget.max_draft_steps)
         return best_length(rate, LOOKUP_STEP_COST, lambda scored: 1 + self.verify_slope * (scored - 1), 1, longest)
 
-    def propose(self, budget: DraftBudget) -> Proposal:
+    def free_proposal(self, budget: DraftBudget) -> Proposal:
         self._lookup_proposed = []
         length = self.lookup_length(budget)
         proposal = (self.lookup.propose(replace(budget, max_draft_steps=length), min_match=self.min_match)
                     if length else Proposal([], source=self.lookup.name))
-        if len(proposal):
-            self._lookup_proposed = list(proposal.target_ids)
-            # the policy prices draft steps at the model's cost: a free lookup round must not make
-            # the model look cheaper
-            return replace(proposal, draft_step_seconds=self.model_drafter.step_seconds)
+        if not len(proposal):
+            return proposal
+        self._lookup_proposed = list(proposal.target_ids)
+        # the policy prices draft steps at the model's cost: a free lookup round must not make the model look cheaper
+        step = self.model_drafter.step_seconds if self.model_drafter is not None else None
+        return replace(proposal, draft_step_seconds=step)
+
+    def propose(self, budget: DraftBudget) -> Proposal:
+        proposal = self.free_proposal(budget)
+        if len(proposal) or self.model_drafter is None:
+            return proposal
         return self.model_drafter.propose(budget)
 
     def commit(self, new_target_ids: Sequence[int]) -> None:
@@ -79,4 +99,5 @@ class HybridDrafter(Drafter):
             self.lookup_acceptance.observe_counts(kept, len(proposed))
             self._lookup_proposed = []
         self.lookup.commit(new_target_ids)
-        self.model_drafter.commit(new_target_ids)
+        if self.model_drafter is not None:
+            self.model_drafter.commit(new_target_ids)

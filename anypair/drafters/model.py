@@ -91,6 +91,7 @@ class ModelDrafter(Drafter):
         self._context_ids: list[int] = []  # draft ids (target ids on the same-vocabulary path)
         self._proposed_draft_ids: list[int] = []
         self._step_seconds: Optional[float] = None
+        self._catch_up_seconds = 0.0  # this round's reading of tokens committed while it did not draft
         # logits rows the draft may pick: its real tokens, minus padded rows
         self._n_real = min(draft_tok.vocab_size, backend.vocab_size)
         self._draft_eos = frozenset(draft_tok.eos_ids)
@@ -150,7 +151,8 @@ class ModelDrafter(Drafter):
 
     def _proposal(self, target_ids: list[int], confidence: Optional[float] = None,
                   translate_seconds: float = 0.0) -> Proposal:
-        return Proposal(target_ids, self.name, confidence, translate_seconds, self._step_seconds)
+        return Proposal(target_ids, self.name, confidence, translate_seconds, self._step_seconds,
+                        self._catch_up_seconds)
 
     # -- drafting ----------------------------------------------------------------------------
     def _next_logits(self) -> Generator[DraftCall, torch.Tensor, torch.Tensor]:
@@ -163,6 +165,8 @@ class ModelDrafter(Drafter):
             feed = self._context_ids[cached - 1 :]
         call = DraftCall(list(feed))
         logits = yield call
+        if len(feed) > 2:  # the first step after a paused stretch also reads what was committed meanwhile
+            self._catch_up_seconds += call.charged_seconds
         if len(feed) == 1:
             # only one-token steps measure the step cost: a catch-up feed after a paused stretch
             # (or a long prompt) would make every later step look many times dearer, and the
@@ -221,6 +225,7 @@ class ModelDrafter(Drafter):
         continuous batching runs the draft steps of every request in one shared forward."""
         max_draft_steps, max_target_tokens = budget.max_draft_steps, budget.max_target_tokens
         threshold = self._stop_threshold(budget)
+        self._catch_up_seconds = 0.0
         if max_draft_steps <= 0 or max_target_tokens <= 0:
             self._proposed_draft_ids = []
             return self._proposal([])

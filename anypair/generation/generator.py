@@ -19,6 +19,7 @@ import torch
 
 from anypair.drafters import uses_draft_model
 from anypair.drafters.base import DraftRequest, Drafter, NoDrafter
+from anypair.drafters.hybrid import HybridDrafter
 from anypair.errors import InputError
 from anypair.generation.batch import BatchScheduler, CollectingSink, run_rounds
 from anypair.generation.loop import DecodeRequest, DecodeSession
@@ -32,7 +33,7 @@ from anypair.generation.options import (
     VerifierKind,
     plan_request,
 )
-from anypair.policies import DraftLengthPolicy, StepCosts, draft_prompt_window, estimated_step_costs
+from anypair.policies import ConstantLength, DraftLengthPolicy, StepCosts, draft_prompt_window, estimated_step_costs
 from anypair.policies.batch import BatchCosts
 from anypair.policies.ledger import DraftingLedger, LedgerDecision, RequestOutcome
 from anypair.sampling.keyed import PositionNoise
@@ -259,8 +260,6 @@ class AnyPairGenerator:
             from anypair.drafters.lookup import PromptLookupDrafter
 
             return PromptLookupDrafter()
-        from anypair.drafters.hybrid import HybridDrafter
-
         return HybridDrafter(self._model_drafter(sampling, noise, slot), verify_slope=self._verify_slope())
 
     @staticmethod
@@ -347,7 +346,10 @@ class AnyPairGenerator:
         noise = PositionNoise() if sampling.do_sample else None
         ledger = self._ledger(plan, request)
         decision = ledger.decide() if ledger is not None else LedgerDecision(draft=True)
-        drafter = self._drafter(plan.drafter, sampling, noise, slot) if decision.draft else NoDrafter()
+        if decision.draft:
+            drafter, policy = self._drafter(plan.drafter, sampling, noise, slot), plan.policy
+        else:  # the ledger keeps the draft model off: prompt-lookup matches only
+            drafter, policy = HybridDrafter(None, verify_slope=self._verify_slope()), ConstantLength(0)
         messages = list(request.messages) if request.messages is not None else None
         tools = list(request.tools) if request.tools is not None else None
         draft_request = DraftRequest(target_ids, prompt=request.prompt, messages=messages, tools=tools)
@@ -358,7 +360,7 @@ class AnyPairGenerator:
                                        drafting_skipped=decision.skip_note(), top_logprobs=request.logprobs,
                                        constraint=constraint)
         session = DecodeSession(self.target_backend.sequence(slot), self.target.tokenizer, drafter,
-                                self._verifier(plan.verifier, sampling, noise), plan.policy, decode_request)
+                                self._verifier(plan.verifier, sampling, noise), policy, decode_request)
         # the draft model's steps go to the scheduler, which runs every request's in one forward of the
         # draft's engine (a hybrid drafter runs its model's steps itself, on the same slot)
         session.yields_draft_calls = plan.drafter == "model" and decision.draft

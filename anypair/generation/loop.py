@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Generator, Optional, Sequence, Union
 
 import torch
@@ -198,13 +198,18 @@ class DecodeSession:
             self._disable_drafter(f"drafter {what} raised {type(exc).__name__}: {exc}")
             return None
 
-    def _propose(self, budget: DraftBudget) -> Generator[DraftCall, torch.Tensor, Proposal]:
-        """The drafter's proposal within `budget`, cut to the room left; empty when the policy
-        chose a plain target step, and empty (the drafter disabled) when it raised or proposed ids
-        the target does not have. Yields the drafter's forwards where `yields_draft_calls`."""
+    def _round_proposal(self, budget: DraftBudget) -> Generator[DraftCall, torch.Tensor, tuple[Proposal, DraftBudget]]:
+        """This round's proposal and the budget it was made within: the drafter's free proposal (a
+        prompt-lookup match, no draft step) when it has one, asked for even when the policy chose a
+        plain target step; else the drafter's proposal within `budget`. Cut to the room left; empty
+        (the drafter disabled) when the drafter raised or proposed ids the target does not have."""
+        if self.drafter.offers_free_proposals and not self.drafter_off:
+            free = self._drafter_call("free_proposal", self.drafter.free_proposal, budget)
+            if free is not None and len(free):
+                return self._checked(free, budget), replace(budget, max_draft_steps=0)
         if budget.max_draft_steps == 0:
-            return Proposal([])
-        if self.yields_draft_calls and not isinstance(self.drafter, NoDrafter):
+            return Proposal([]), budget
+        if self.yields_draft_calls and not self.drafter_off:
             try:
                 proposal = yield from self.drafter.propose_steps(budget)
             except Exception as exc:  # a broken draft must never break generation
@@ -213,6 +218,9 @@ class DecodeSession:
                 proposal = None
         else:
             proposal = self._drafter_call("propose", self.drafter.propose, budget)
+        return self._checked(proposal, budget), budget
+
+    def _checked(self, proposal: Optional[Proposal], budget: DraftBudget) -> Proposal:
         if proposal is None:
             return Proposal([])
         if len(proposal) > budget.max_target_tokens:
@@ -270,7 +278,7 @@ class DecodeSession:
                 length = self.draft_cap
                 stats.draft_capped_rounds += 1
                 stats.batch_draft_note = self.draft_cap_reason
-            if length > 0 and not draft_started and not self.drafter_off:
+            if (length > 0 or self.drafter.offers_free_proposals) and not draft_started and not self.drafter_off:
                 draft_started = True
                 t0 = time.perf_counter()
                 draft_request = self.request.draft_request or DraftRequest(list(self.request.target_prompt_ids))
@@ -282,7 +290,7 @@ class DecodeSession:
                 stats.draft_rounds += length > 0
             budget = DraftBudget(length, room, self.policy.stop_confidence())
             t0 = time.perf_counter()
-            proposal = yield from self._propose(budget)
+            proposal, budget = yield from self._round_proposal(budget)
             if constraint is not None and len(proposal):
                 # a token the grammar rejects can never be the target's: the proposal ends before it
                 proposal = proposal.truncated(constraint.allowed_prefix(proposal.target_ids))

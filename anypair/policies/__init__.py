@@ -3,13 +3,15 @@
 - `ConstantLength`: always k.
 - `HeuristicLength`: transformers' schedule: +2 after a fully accepted round, -1 otherwise.
 - `ExpectedRateLength`: the k that maximises expected committed tokens per unit of cost, from the
-  acceptance estimate and a cost model; k = 0 (pause, with probes) when drafting cannot pay.
+  acceptance estimate and a cost model; k = 0 (pause, with probes that back off and never stop)
+  when drafting cannot pay.
 - `ConfidenceStopLength`: for drafters that stop by their own confidence: a cap, a calibrated stop
-  threshold, and a pause (with probes) while drafting loses time.
+  threshold, and a pause (with probes that back off and never stop) while drafting loses time.
 - `AdaptiveLength` (the default): one of the two above, whichever the drafter can use.
 
 Across requests, `ledger.DraftingLedger` remembers whether drafting paid on a generator's recent
-requests; while it has not, the generator runs requests with the target alone (exploring now and then).
+requests; only when it lost on most of many of them does the generator run requests without the
+draft model (prompt-lookup matches only), exploring now and then.
 Within a batch (requests sharing each forward), `batch.plan_batch_drafts` caps every request's length
 (to none under load) from the row costs measured on the running engines (`batch.RowCosts`).
 
@@ -63,6 +65,8 @@ def make_policy(spec: Union[str, DraftLengthPolicy], num_draft_tokens: Optional[
     if spec not in POLICIES:
         raise ValueError(f"unknown draft-length policy {spec!r}: use one of {', '.join(POLICIES)} "
                          "or a DraftLengthPolicy")
+    if num_draft_tokens is not None and num_draft_tokens < 1:
+        raise ValueError(f"num_draft_tokens must be >= 1, got {num_draft_tokens} (the target alone: assisted=False)")
     return POLICIES[spec](num_draft_tokens)
 
 

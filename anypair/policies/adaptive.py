@@ -16,16 +16,16 @@ class AdaptiveLength(DraftLengthPolicy):
     name = "adaptive"
 
     def __init__(self, start: int = 5, minimum: int = 0, maximum: int = 12, smoothing: float = 0.3,
-                 prior_acceptance: float = 0.7, probe_every: int = 12, prior_stop_confidence: float = 0.3,
+                 prior_acceptance: float = 0.7, probe_every: int = 8, prior_stop_confidence: float = 0.3,
                  max_calibration: float = 3.0, fixed_costs: Optional[StepCosts] = None,
-                 first_probe_after: int = 2, give_up_after: int = 3) -> None:
+                 first_probe_after: int = 2) -> None:
         def costs() -> CostModel:
             return TimedCosts(smoothing) if fixed_costs is None else FixedCosts(fixed_costs)
 
         self.expected_rate = ExpectedRateLength(costs(), start, minimum, maximum, smoothing, prior_acceptance,
-                                                probe_every, first_probe_after, give_up_after)
+                                                probe_every, first_probe_after)
         self.confidence_stop = ConfidenceStopLength(costs(), maximum, smoothing, prior_stop_confidence,
-                                                    max_calibration, probe_every, first_probe_after, give_up_after)
+                                                    max_calibration, probe_every, first_probe_after)
         self.active: DraftLengthPolicy = self.expected_rate
 
     def reset(self, confidence_stopping: bool = False) -> None:

@@ -8,9 +8,12 @@ runs, then hard spots) and the draft's own confidence tells the two apart, where
 acceptance rate cannot.
 
 Each round still pays at least one draft step, so the policy also keeps the net time each drafting
-round saved against a plain target step; while that average is negative it pauses drafting
-(length 0) and probes again (see `ProbeSchedule`); a probe that pays resumes drafting at once, and
-after `give_up_after` failed probes in a row drafting stays off for the request.
+round saved against a plain target step; while that average is negative after at least
+`min_rounds` drafting rounds of the request (a pause needs evidence: the first rounds of a request,
+its prompt's restatement, are often the hardest to predict) it pauses drafting (length 0) and
+probes again (see `ProbeSchedule`: probes back off but never stop); a probe that pays resumes
+drafting at once. A probe is judged without the draft's catch-up read of what was committed while
+it paused: that read is the price of having paused, not of drafting from here on.
 
 A small draft is often right with little confidence on text the target writes (code boilerplate
 in another model's style), so the advice is calibrated online (`ConfidenceCalibration`).
@@ -58,8 +61,8 @@ class ConfidenceStopLength(DraftLengthPolicy):
     name = "confidence-stop"
 
     def __init__(self, costs: Optional[CostModel] = None, maximum: int = 12, smoothing: float = 0.3,
-                 prior_stop_confidence: float = 0.3, max_calibration: float = 3.0, probe_every: int = 12,
-                 first_probe_after: int = 2, give_up_after: int = 3) -> None:
+                 prior_stop_confidence: float = 0.3, max_calibration: float = 3.0, probe_every: int = 8,
+                 first_probe_after: int = 2, min_rounds: int = 3) -> None:
         if maximum < 1:
             raise ValueError(f"the draft length cap must be >= 1, got {maximum}")
         self.costs = costs if costs is not None else TimedCosts(smoothing)
@@ -67,7 +70,8 @@ class ConfidenceStopLength(DraftLengthPolicy):
         self.smoothing = smoothing
         self.prior_stop_confidence = prior_stop_confidence
         self.calibration = ConfidenceCalibration(smoothing, max_calibration)
-        self.probes = ProbeSchedule(first_probe_after, probe_every, give_up_after)
+        self.probes = ProbeSchedule(first_probe_after, probe_every)
+        self.min_rounds = min_rounds
         self.reset()
 
     def reset(self, confidence_stopping: bool = False) -> None:
@@ -75,10 +79,11 @@ class ConfidenceStopLength(DraftLengthPolicy):
         self.calibration.reset()
         self.probes.reset()
         self.net_saving: Optional[float] = None  # what a drafting round saved vs a plain target step (smoothed)
+        self.drafting_rounds = 0
 
     @property
     def paused(self) -> bool:
-        return self.net_saving is not None and self.net_saving < 0
+        return self.net_saving is not None and self.net_saving < 0 and self.drafting_rounds >= self.min_rounds
 
     def next_length(self) -> int:
         return self.maximum if not self.paused or self.probes.due() else 0
@@ -98,6 +103,7 @@ class ConfidenceStopLength(DraftLengthPolicy):
         if feedback.draft_steps > 0 and self.costs.known:
             plain_step = self.costs.verify(1)
             saved = feedback.accepted * plain_step - (self.costs.round_cost(feedback) - plain_step)
+            self.drafting_rounds += 1
             if self.net_saving is None or (probed and saved > 0):
                 self.net_saving = saved  # a probe that pays decides: the text got predictable
             else:

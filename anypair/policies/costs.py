@@ -190,7 +190,8 @@ class TimedCosts(CostModel):
         return self._verify.slope()
 
     def round_cost(self, feedback: RoundFeedback) -> float:
-        return feedback.draft_seconds + feedback.verify_seconds
+        # the draft's catch-up read after a pause is what pausing cost, not what this round's drafting costs
+        return feedback.draft_seconds - feedback.catch_up_seconds + feedback.verify_seconds
 
     def observe(self, feedback: RoundFeedback) -> None:
         if feedback.draft_steps:

@@ -3,7 +3,7 @@
 With per-token acceptance a, E[tokens | k] = (1 - a^(k+1)) / (1 - a) (accepted draft tokens plus
 the target's own) and cost(k) = k * draft_step + verify(k + 1). k = 0 (no drafting: a plain target
 step) is chosen when no draft length pays for itself; the probe schedule then drafts one round now
-and then so the acceptance estimate can recover, until `give_up_after` probes in a row failed.
+and then so the acceptance estimate can recover (never stopping: see `ProbeSchedule`).
 """
 from __future__ import annotations
 
@@ -34,14 +34,14 @@ class ExpectedRateLength(DraftLengthPolicy):
     name = "expected-rate"
 
     def __init__(self, costs: Optional[CostModel] = None, start: int = 5, minimum: int = 0, maximum: int = 12,
-                 smoothing: float = 0.3, prior_acceptance: float = 0.7, probe_every: int = 12,
-                 first_probe_after: int = 2, give_up_after: int = 3) -> None:
+                 smoothing: float = 0.3, prior_acceptance: float = 0.7, probe_every: int = 8,
+                 first_probe_after: int = 2) -> None:
         if not 0 <= minimum <= maximum or maximum < 1:
             raise ValueError(f"need 0 <= minimum <= maximum and maximum >= 1, got {minimum} and {maximum}")
         self.costs = costs if costs is not None else TimedCosts(smoothing)
         self.start, self.minimum, self.maximum = start, minimum, maximum
         self.acceptance = AcceptanceEstimate(prior_acceptance, smoothing)
-        self.probes = ProbeSchedule(first_probe_after, probe_every, give_up_after)
+        self.probes = ProbeSchedule(first_probe_after, probe_every)
         self.reset()
 
     def reset(self, confidence_stopping: bool = False) -> None:
@@ -57,7 +57,8 @@ class ExpectedRateLength(DraftLengthPolicy):
 
     def update(self, feedback: RoundFeedback) -> None:
         probed = self.k == 0 and self.probes.record_paused_round()
-        self.acceptance.observe(feedback)
+        if feedback.draft_steps:  # a free round (a lookup match, no draft step) says nothing of the draft
+            self.acceptance.observe(feedback)
         self.costs.observe(feedback)
         draft_step = self.costs.draft_step()
         if draft_step is not None and self.costs.known:
