@@ -401,7 +401,7 @@ def test_regret_options_are_checked_before_any_model_loads():
     from anypair.cli import main
 
     assert main(["bench", "--regret", "--regret-lengths", "0,x"]) == 2
-    assert main(["bench", "--regret", "--regret-lengths", "-1,2"]) == 2
+    assert main(["bench", "--regret", "--regret-lengths=-1,2"]) == 2
 
 
 @pytest.mark.slow
