@@ -142,9 +142,9 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
                            forced_call=forced_call)
 
     def check_fields(body: Union[CompletionRequest, ChatCompletionRequest], endpoint: Endpoint) -> None:
-        """A 400 for a field the body declares none of (`model_extra`) that would change the answer
-        (`fields.REFUSED`) or that no table names (a typo, another server's extension), first of all
-        checks: a misspelt field explains the rest of a request's answer."""
+        """A 400 for an undeclared field of the body (`model_extra`) that would change the answer
+        (`fields.REFUSED`) or that no table names (a typo, another server's extension). It runs
+        before every other check: a misspelt field may be why the rest of the body looks wrong."""
         extra = body.model_extra or {}
         refused = refused_field(extra, endpoint)
         if refused is not None:
@@ -331,7 +331,8 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
 
 class AnswerFormat:
     """How one request's answer is written: chat or completions, calls of the offered tools
-    (`tool_names`) parsed from the text or not, log-probabilities or not (`token_bytes`: the target's token bytes, given when asked for).
+    (`tool_names`) parsed from the text or not, log-probabilities or not (`token_bytes`: the
+    target's token bytes, given when asked for).
     A stream's pieces go through `chunks`, and the rest through `last_chunks` at its end."""
 
     def __init__(self, chat: bool, tool_names: Optional[frozenset[str]],

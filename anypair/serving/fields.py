@@ -11,7 +11,7 @@ A request body may carry any of OpenAI's fields; the ones anypair serves are dec
 
 A field that is neither (a misspelling such as `max_token`, a field of the other endpoint, another
 server's extension anypair has not classified) is **unknown**: refused with a 400 naming it, and
-the known field it is closest to (`unknown_field`), as OpenAI refuses it. Ignoring it would let a
+the served field it is closest to (`unknown_field`), as OpenAI refuses it. Ignoring it would let a
 typo change the answer unseen (`max_token` would leave the length at the server's default).
 `anypair serve --accept-unknown-fields` ignores unknown fields instead, for a client that sends
 its own extensions and cannot be changed. Other servers' extensions that change the answer (vLLM's
@@ -29,6 +29,7 @@ Endpoint = Literal["chat", "completions"]
 BOTH: frozenset[Endpoint] = frozenset(("chat", "completions"))
 CHAT: frozenset[Endpoint] = frozenset(("chat",))
 COMPLETIONS: frozenset[Endpoint] = frozenset(("completions",))
+
 
 def _absent(value: Any) -> bool:
     return value is None

@@ -152,9 +152,9 @@ Piece = Union[str, ToolCall]
 
 
 class ToolCallStream:
-    """Splits a stream of text into text pieces and whole `ToolCall`s, in order. An answer whose
-    first character (past whitespace) opens a JSON object or list is held to its end: it may be a
-    bare call of one of `tool_names`."""
+    """Splits a stream of text into text pieces and whole `ToolCall`s, in order. An answer that
+    opens (past whitespace) a JSON object, or a list whose first item is one, is held to its end:
+    it may be a bare call of one of `tool_names`."""
 
     def __init__(self, tool_names: frozenset[str]) -> None:
         self.tool_names = tool_names
