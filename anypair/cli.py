@@ -167,7 +167,8 @@ def run_serve(args) -> int:
     max_batch, batch_note = _max_batch(gen, args.max_batch)
     settings = ServeSettings(model_name=args.model_name or str(args.model), queue_size=args.queue_size,
                              max_batch=max_batch, default_max_tokens=args.max_new_tokens,
-                             allowed_origins=tuple(args.allow_origin))
+                             allowed_origins=tuple(args.allow_origin),
+                             accept_unknown_fields=args.accept_unknown_fields)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
     log = logging.getLogger("anypair.serving")
@@ -337,6 +338,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--allow-origin", action="append", default=[],
                    help="a web origin whose pages may call the server (CORS), e.g. http://localhost:3000, or '*'; "
                         "repeatable (default: none)")
+    s.add_argument("--accept-unknown-fields", action="store_true",
+                   help="ignore request fields the server does not know (a client's own extensions) instead of "
+                        "answering 400 naming them, as OpenAI does (default: refuse; a typo such as max_token "
+                        "would otherwise change the answer unseen)")
     s.set_defaults(func=run_serve)
 
     b = sub.add_parser("bench", help="target alone vs assisted, side by side, per example and medians")

@@ -389,13 +389,19 @@ def utf8(fields: dict) -> bool:
      "messages", "context_length_exceeded"),
     ("chat/completions", {"model": TARGET, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, 400,
      "max_tokens", None),
+    # a field no table knows (a typo would change the answer unseen): refused, as OpenAI refuses it
+    ("chat/completions", {"model": TARGET, "messages": [{"role": "user", "content": "hi"}], "frobnicate": 1}, 400,
+     "frobnicate", "unknown_field"),
+    ("completions", {"model": TARGET, "prompt": CODE, "max_token": 4}, 400, "max_token", "unknown_field"),
 ])
 def test_bad_input_is_a_4xx_naming_the_field(server, endpoint, fields, status, param, code):
     if "model" in fields and utf8(fields):
         client = server.client()
         create = client.completions.create if endpoint == "completions" else client.chat.completions.create
+        # fields the client has no argument for go as the client sends them: in extra_body
+        extra = {name: value for name, value in fields.items() if name in ("frobnicate", "max_token")}
         with pytest.raises(openai.APIStatusError) as caught:
-            create(**fields)
+            create(**{name: value for name, value in fields.items() if name not in extra}, extra_body=extra or None)
         status_code, error = caught.value.status_code, caught.value.body
     else:  # the openai client refuses to send a request without a model, or with text that is not
         # UTF-8: send them as another client would (JSON escapes a lone surrogate as \ud800)

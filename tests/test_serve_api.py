@@ -5,7 +5,9 @@ client, each answer (text, tool calls, log-probabilities, bitwise) equals the ta
 same request, greedy and seeded.
 
 The field walk reads the openai client's own request types, so a field OpenAI adds fails the test
-until it is classified. The refusals run on a stand-in generator (no model); the rest on the test
+until it is classified. A call the target writes as a fenced JSON block is a tool call, and a forced
+call cut by max_tokens says "length" (issue 51; tests/test_serve_edges.py has these edges on a
+stand-in). The refusals run on a stand-in generator (no model); the rest on the test
 pair (Qwen2.5-Coder-0.5B-Instruct drafted by SmolLM2-135M-Instruct) served in a thread, with the
 same loaded generator's `generate(..., assisted=False)` as the target alone, one request at a time
 and continuously batching.
@@ -377,6 +379,55 @@ def test_a_forced_tool_call_equals_the_target_alone_under_the_same_grammar(clien
         client.chat.completions.create(model=TARGET, messages=question, tools=[WEATHER], max_tokens=8,
                                        tool_choice={"type": "function", "function": {"name": "book_flight"}})
     assert caught.value.body["param"] == "tool_choice"
+
+
+def served_call(client, stream: bool, **arguments) -> tuple:
+    """(content, [(name, arguments)], finish_reason) of a chat answer, whole or streamed."""
+    if not stream:
+        choice = client.chat.completions.create(model=TARGET, **arguments).choices[0]
+        calls = [(c.function.name, c.function.arguments) for c in choice.message.tool_calls or []]
+        return choice.message.content, calls, choice.finish_reason
+    chunks = [c for c in client.chat.completions.create(model=TARGET, stream=True, **arguments) if c.choices]
+    calls = [(call.function.name, call.function.arguments)
+             for c in chunks for call in c.choices[0].delta.tool_calls or []]
+    return ("".join(c.choices[0].delta.content or "" for c in chunks) or None, calls,
+            [c.choices[0].finish_reason for c in chunks][-1])
+
+
+def test_a_call_the_target_writes_as_a_fenced_json_block_is_a_tool_call(client, pair):
+    """Issue 51: asked so, Qwen2.5-Coder-0.5B writes its call as a fenced ```json block (the default
+    target, Qwen2.5-Coder-1.5B, does unasked); it comes back as tool_calls, content null."""
+    from anypair.serving.tools import parse_answer
+
+    question = [{"role": "user", "content": "What is the weather like in Paris today? Answer with the call as a "
+                                            "JSON code block."}]
+    result = alone(pair, messages=question, tools=[WEATHER], max_new_tokens=48)
+    assert result.text.startswith("```json\n{") and result.finish_reason == "eos", result.text
+    expected = parse_answer(result.text, frozenset({"get_weather"}))
+    assert [c.name for c in expected.calls] == ["get_weather"] and expected.content is None
+    for stream in (False, True):
+        assert served_call(client, stream, messages=question, tools=[WEATHER], temperature=0, max_tokens=48) == \
+            (None, [(c.name, c.arguments) for c in expected.calls], "tool_calls")
+
+
+@pytest.mark.parametrize("max_tokens", [8, 30], ids=["in-the-first-call", "in-the-second-call"])
+def test_a_forced_call_cut_by_max_tokens_says_length_without_the_partial_call(client, pair, max_tokens):
+    """Issue 51: tool_choice "required" and a call cut by max_tokens (greedy, the model repeats its
+    call until the length) is finish_reason "length"; the whole calls are tool_calls, the cut one is
+    neither a call nor content (it is call markup, not text for the reader)."""
+    from anypair.serving.tools import CLOSE_TAG, OPEN_TAG, forced_call_grammar
+
+    question = [{"role": "user", "content": "I am flying to Tokyo tomorrow."}]
+    vocabulary = pair.target.hf_tokenizer.added_tokens_encoder
+    grammar = forced_call_grammar([WEATHER], None, (vocabulary[OPEN_TAG], vocabulary[CLOSE_TAG]))
+    result = alone(pair, messages=question, tools=[WEATHER], max_new_tokens=max_tokens, grammar=grammar)
+    whole = result.text.count(CLOSE_TAG)
+    assert result.finish_reason == "length" and result.text.count(OPEN_TAG) == whole + 1, result.text
+    for stream in (False, True):
+        content, calls, reason = served_call(client, stream, messages=question, tools=[WEATHER],
+                                             tool_choice="required", temperature=0, max_tokens=max_tokens)
+        assert (content, reason) == (None, "length") and len(calls) == whole
+        assert all(name == "get_weather" and "Tokyo" in arguments for name, arguments in calls)
 
 
 def test_tool_choice_asking_for_a_call_without_tools_is_a_400(stand_in):

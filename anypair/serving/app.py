@@ -28,7 +28,7 @@ from fastapi.sse import EventSourceResponse, format_sse_event
 
 from anypair.errors import InputError
 from anypair.serving.errors import SERVER_ERROR, APIError, install_error_handlers
-from anypair.serving.fields import refused_field
+from anypair.serving.fields import Endpoint, refused_field, unknown_field, unknown_field_message
 from anypair.serving.schemas import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -36,6 +36,7 @@ from anypair.serving.schemas import (
     JSONSchemaFormat,
     NamedToolChoice,
     ResponseIds,
+    body_fields,
     chat_body,
     chat_chunk,
     chat_logprobs,
@@ -78,6 +79,9 @@ class ServeSettings:
     # web pages (origins such as "http://localhost:3000", or "*") whose scripts may call the server:
     # a chat front end in a browser needs its origin here; none by default
     allowed_origins: tuple[str, ...] = ()
+    # a field no table of `fields` names is refused (a 400 naming it), as OpenAI refuses it; True
+    # ignores it instead, for clients that send their own extensions (--accept-unknown-fields)
+    accept_unknown_fields: bool = False
 
 
 class ClientGone(Exception):
@@ -120,10 +124,12 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
+        check_fields(body, "completions")
         return await serve(request, body, prompt=body.prompt_text, messages=None)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+        check_fields(body, "chat")
         if not generator.target.has_chat_template:
             raise APIError(400, f"{settings.model_name} has no chat template: send the conversation as raw text to "
                                 "POST /v1/completions", param="messages", code="no_chat_template")
@@ -134,6 +140,20 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
         forced_call = check_tools(body, tools) if tools else None
         return await serve(request, body, prompt=None, messages=body.message_dicts, tools=tools,
                            forced_call=forced_call)
+
+    def check_fields(body: Union[CompletionRequest, ChatCompletionRequest], endpoint: Endpoint) -> None:
+        """A 400 for an undeclared field of the body (`model_extra`) that would change the answer
+        (`fields.REFUSED`) or that no table names (a typo, another server's extension). It runs
+        before every other check: a misspelt field may be why the rest of the body looks wrong."""
+        extra = body.model_extra or {}
+        refused = refused_field(extra, endpoint)
+        if refused is not None:
+            raise APIError(400, refused.message(), param=refused.name, code="unsupported_field")
+        unknown = None if settings.accept_unknown_fields else unknown_field(extra, endpoint)
+        if unknown is not None:
+            other = ChatCompletionRequest if endpoint == "completions" else CompletionRequest
+            message = unknown_field_message(unknown, endpoint, body_fields(type(body)), body_fields(other))
+            raise APIError(400, message, param=unknown, code="unknown_field")
 
     def check_tools(body: ChatCompletionRequest, tools: list[dict]) -> Optional[Grammar]:
         """A 400 for tools this server cannot serve exactly: a template that does not render them
@@ -173,9 +193,6 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
                     prompt: Optional[str], messages: Optional[list[dict]],
                     tools: Optional[list[dict]] = None, forced_call: Optional[Grammar] = None) -> Response:
         chat = messages is not None
-        refused = refused_field(body.model_extra or {}, "chat" if chat else "completions")
-        if refused is not None:
-            raise APIError(400, refused.message(), param=refused.name, code="unsupported_field")
         if chat and body.top_logprobs is not None and not body.logprobs:
             raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs", code="invalid_value")
         arguments = generation_arguments(body, prompt, messages)
@@ -314,7 +331,8 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
 
 class AnswerFormat:
     """How one request's answer is written: chat or completions, calls of the offered tools
-    (`tool_names`) parsed from the text or not, log-probabilities or not (`token_bytes`: the target's token bytes, given when asked for).
+    (`tool_names`) parsed from the text or not, log-probabilities or not (`token_bytes`: the
+    target's token bytes, given when asked for).
     A stream's pieces go through `chunks`, and the rest through `last_chunks` at its end."""
 
     def __init__(self, chat: bool, tool_names: Optional[frozenset[str]],
@@ -334,10 +352,11 @@ class AnswerFormat:
             return completion_body(ids, result, anypair, logprobs)
         message = None
         if self.calls is not None:
-            parsed = parse_answer(result.text, self.tool_names)
+            # the text without its calls, and without a tagged call the length cut (see `tools`)
+            parsed = parse_answer(result.text, self.tool_names, cut=result.finish_reason == "length")
+            message = {"role": "assistant", "content": parsed.content}
             if parsed.calls:
-                message = {"role": "assistant", "content": parsed.content,
-                           "tool_calls": [call.openai(new_call_id()) for call in parsed.calls]}
+                message["tool_calls"] = [call.openai(new_call_id()) for call in parsed.calls]
         return chat_body(ids, result, anypair, message, logprobs)
 
     def logprobs(self, entries: list[TokenLogprob]) -> Optional[dict[str, Any]]:
@@ -366,7 +385,7 @@ class AnswerFormat:
         log-probabilities of tokens that ended the answer without text (an end-of-sequence token)."""
         rest = (result.logprobs or [])[self.logprobs_sent:]
         logprobs = self.logprobs(rest) if rest else None
-        pieces = self.calls.finish() if self.calls is not None else []
+        pieces = self.calls.finish(cut=result.finish_reason == "length") if self.calls is not None else []
         if not pieces and logprobs is None:
             return []
         if not self.chat:

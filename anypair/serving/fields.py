@@ -9,25 +9,26 @@ A request body may carry any of OpenAI's fields; the ones anypair serves are dec
   `logit_bias`, `echo: false`) gets a 400 naming the field and what to do instead, rather than an
   answer that silently differs from what was asked for.
 
-A field that is neither (a misspelling, another server's extension anypair has not classified)
-stays ignored, as OpenAI-compatible servers do: `UNKNOWN_IS_IGNORED` documents the choice. Other
-servers' extensions that change the answer (vLLM's `guided_json`, llama-server's `grammar`, ...)
-are refused like OpenAI's own.
+A field that is neither (a misspelling such as `max_token`, a field of the other endpoint, another
+server's extension anypair has not classified) is **unknown**: refused with a 400 naming it, and
+the served field it is closest to (`unknown_field`), as OpenAI refuses it. Ignoring it would let a
+typo change the answer unseen (`max_token` would leave the length at the server's default).
+`anypair serve --accept-unknown-fields` ignores unknown fields instead, for a client that sends
+its own extensions and cannot be changed. Other servers' extensions that change the answer (vLLM's
+`guided_json`, llama-server's `grammar`, ...) are refused like OpenAI's own.
 
-`README.md` (Serve) lists the same table for users; `tests/test_serve_fields.py` walks it.
+`README.md` (Serve) lists the same table for users; `tests/test_serve_api.py` walks it.
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping, Optional
+from typing import Any, Callable, Collection, Literal, Mapping, Optional
 
 Endpoint = Literal["chat", "completions"]
 BOTH: frozenset[Endpoint] = frozenset(("chat", "completions"))
 CHAT: frozenset[Endpoint] = frozenset(("chat",))
 COMPLETIONS: frozenset[Endpoint] = frozenset(("completions",))
-
-#: a field no table names is ignored (a client's own extension, a field newer than this table)
-UNKNOWN_IS_IGNORED = True
 
 
 def _absent(value: Any) -> bool:
@@ -127,3 +128,24 @@ def refused_field(extra: Mapping[str, Any], endpoint: Endpoint) -> Optional[Refu
         if field is not None and endpoint in field.endpoints and not field.neutral(value):
             return field
     return None
+
+
+def unknown_field(extra: Mapping[str, Any], endpoint: Endpoint) -> Optional[str]:
+    """The first of a body's unserved fields (`extra`) that no table names for `endpoint`, if any."""
+    refused = {field.name for field in REFUSED if endpoint in field.endpoints}
+    return next((name for name in extra if name not in refused and name not in IGNORED), None)
+
+
+def unknown_field_message(name: str, endpoint: Endpoint, served: Collection[str],
+                          served_elsewhere: Collection[str]) -> str:
+    """What the 400 for an unknown field says: OpenAI's words, then the served field closest to it
+    (`served`: the endpoint's own; a typo most often meant one), or that the other endpoint serves
+    it (`served_elsewhere`: `prompt` sent for chat)."""
+    path, other = ("/v1/chat/completions", "/v1/completions") if endpoint == "chat" else \
+        ("/v1/completions", "/v1/chat/completions")
+    close = difflib.get_close_matches(name, list(served), n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    where = f"it is a field of POST {other}" if name in served_elsewhere else "leave it out"
+    return (f"Unrecognized request argument supplied: {name}{hint}. POST {path} has no field {name!r}: {where}; "
+            "anypair refuses fields it does not know rather than ignore one that may change the answer "
+            "(anypair serve --accept-unknown-fields ignores them)")

@@ -4,7 +4,8 @@ Requests are pydantic models: FastAPI validates each body against them and a fai
 naming the field (see `errors`), worded from the field's `description`, which says what is
 accepted. The fields of OpenAI's API that anypair does not serve are kept aside (`model_extra` of a
 request body) and judged by `fields`: ignored when they change nothing in the answer (`user`,
-`metadata`), refused with a 400 naming them when they would (penalties, `logit_bias`, ...). `n`
+`metadata`), refused with a 400 naming them when they would (`best_of`, `min_p`, ...) or when no
+table knows them (a typo such as `max_token`). `n`
 other than 1 is refused, since ignoring it would return fewer choices than asked for.
 
 Responses are plain dicts built by the functions below, in OpenAI's shapes, plus an `anypair`
@@ -27,14 +28,15 @@ NonEmptyStr = Annotated[str, Field(min_length=1)]
 
 
 class _Body(BaseModel):
-    # unknown fields are ignored (clients send OpenAI's full set); numbers and flags are strict
+    # a nested object's undeclared fields are ignored: clients send back whole objects the server
+    # returned (an assistant message with `refusal` and `annotations`); numbers and flags are strict
     # (`strict=True` on each): "max_tokens": "16" or true is an error, not 16 or 1
     model_config = ConfigDict(extra="ignore")
 
 
 class _RequestBody(_Body):
-    # a whole request body: the fields it does not declare are kept in `model_extra`, for
-    # `fields.refused_field` to refuse those that would change the answer
+    # a whole request body: the fields it does not declare are kept in `model_extra`, for `fields`
+    # to refuse those that would change the answer and those it does not know
     model_config = ConfigDict(extra="allow")
 
 
@@ -300,6 +302,11 @@ def field_names() -> frozenset[str]:
     return frozenset(names)
 
 
+def body_fields(model: type[BaseModel]) -> frozenset[str]:
+    """The top-level fields a request body of `model` declares, as a client writes them."""
+    return frozenset(info.alias or name for name, info in model.model_fields.items())
+
+
 def field_description(location: tuple) -> Optional[str]:
     """The description of the field at a pydantic location ('body', 'messages', 0, 'role'), if any."""
     for part in reversed(location):
@@ -320,11 +327,12 @@ TokenBytes = Callable[[int], bytes]
 
 
 def finish_reason(result: GenerationResult, called_tools: bool = False) -> FinishReason:
-    """OpenAI's reason: 'tool_calls' when the answer called tools, 'stop' for the end-of-sequence
-    token or a stop string, 'length' otherwise."""
-    if called_tools:
-        return "tool_calls"
-    return "length" if result.finish_reason == "length" else "stop"
+    """OpenAI's reason: 'length' when the answer was cut at its length (whatever it was writing,
+    calls included: a client then knows to ask for more), else 'tool_calls' when it called tools,
+    'stop' for the end-of-sequence token or a stop string."""
+    if result.finish_reason == "length":
+        return "length"
+    return "tool_calls" if called_tools else "stop"
 
 
 def _token_text(token_bytes: TokenBytes, target_id: int) -> tuple[str, list[int]]:
@@ -431,7 +439,7 @@ def completion_body(ids: ResponseIds, result: GenerationResult, anypair: dict[st
 
 def chat_body(ids: ResponseIds, result: GenerationResult, anypair: dict[str, Any],
               message: Optional[dict[str, Any]] = None, logprobs: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """`message`: the assistant's message when it is not the plain text (tool calls)."""
+    """`message`: the assistant's message when it is not the plain text (tools were offered)."""
     message = message or {"role": "assistant", "content": result.text}
     choice = {"index": 0, "message": message, "finish_reason": finish_reason(result, bool(message.get("tool_calls"))),
               "logprobs": logprobs}

@@ -8,8 +8,19 @@ template (and Hermes'): each call a JSON object on its own between tags,
     {"name": "get_weather", "arguments": {"city": "Paris"}}
     </tool_call>
 
-Small models often write the call's JSON object alone, without the tags (Qwen2.5-Coder-0.5B does):
-an answer that is nothing but such an object, naming one of the offered tools, is that call too.
+Small models often write the call in the other forms they have seen, and those are calls too when
+the JSON names one of the offered tools and its arguments are an object (otherwise they stay text):
+
+- the object alone, the whole answer (Qwen2.5-Coder-0.5B does), or a list of such objects;
+- the object in a fenced JSON block, anywhere in the answer (Qwen2.5-Coder-1.5B does):
+
+      ```json
+      {"name": "get_weather", "arguments": {"city": "Paris"}}
+      ```
+
+A call cut by the length (`max_tokens`) is no call: an unclosed `<tool_call>` (the tag says it is a
+call, not text for the reader) is dropped from the text; an unclosed block or object stays text, as
+it may as well be an answer in JSON.
 
 The text itself is the target's own, token for token (greedy or seeded), so the calls parsed from it
 are the ones the target alone makes. A template that renders tools in another format is refused
@@ -18,12 +29,14 @@ are the ones the target alone makes. A template that renders tools in another fo
 `tool_choice` "required" or a named function forces a call with a grammar (`forced_call_grammar`):
 the answer is then the target's own under that constraint, as structured output is.
 
-`ToolCallStream` does the same on a stream: text outside the tags goes out as it comes (holding back
-only what may be the start of a tag), each call goes out whole once its closing tag is verified.
+`ToolCallStream` does the same on a stream: text outside the calls goes out as it comes (holding
+back only what may be the start of a tag or of a fenced call), each call goes out whole once its
+closing tag or fence is verified; an answer that begins as a bare JSON object is held to its end.
 """
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Any, Optional, Union
@@ -32,6 +45,12 @@ from anypair.verifiers.constraints import Grammar
 
 OPEN_TAG = "<tool_call>"
 CLOSE_TAG = "</tool_call>"
+FENCE = "```"
+# a fenced block that opens as a call would: ```json (or ``` alone), a line break, then an object
+# or a list of objects; `_FENCE_BEGUN`: the texts that may still become one (too short to say)
+_FENCE_OPENING = re.compile(r"```(?:json)?[ \t]*\r?\n\s*(?:\[\s*)?\{", re.IGNORECASE)
+_FENCE_BEGUN = re.compile(r"```(?:j(?:s(?:o(?:n)?)?)?)?[ \t]*(?:\r?(?:\n\s*(?:\[\s*)?)?)?", re.IGNORECASE)
+_FENCE_LINE = re.compile(r"```(?:json)?[ \t]*\r?\n", re.IGNORECASE)
 
 
 def parses_tool_calls(chat_template: Union[str, dict, None]) -> bool:
@@ -75,15 +94,12 @@ def new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
-def parse_call(body: str) -> Optional[ToolCall]:
-    """The call in the text between the tags; None when it is not a call (the text stays text)."""
-    try:
-        call = json.loads(body)
-    except json.JSONDecodeError:
+def _call_of(value: Any) -> Optional[ToolCall]:
+    """The call a parsed JSON value is, if it is one: an object with a string `name` and object
+    `arguments` (or JSON text of one; `parameters`, Llama's word, is read the same)."""
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str):
         return None
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-        return None
-    arguments = call.get("arguments", {})
+    arguments = value.get("arguments", value.get("parameters", {}))
     if isinstance(arguments, str):  # a model may write the arguments as JSON text already
         try:
             arguments = json.loads(arguments)
@@ -91,7 +107,29 @@ def parse_call(body: str) -> Optional[ToolCall]:
             return None
     if not isinstance(arguments, dict):
         return None
-    return ToolCall(call["name"], json.dumps(arguments, ensure_ascii=False))
+    return ToolCall(value["name"], json.dumps(arguments, ensure_ascii=False))
+
+
+def parse_call(body: str) -> Optional[ToolCall]:
+    """The call in the text between the tags; None when it is not a call (the text stays text)."""
+    try:
+        return _call_of(json.loads(body))
+    except json.JSONDecodeError:
+        return None
+
+
+def parse_json_calls(text: str, tool_names: frozenset[str]) -> Optional[list[ToolCall]]:
+    """The calls in JSON text written without tags (a bare answer, a fenced block): one call object or
+    a non-empty list of them, each naming an offered tool; None when the text is anything else."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    values = value if isinstance(value, list) else [value]
+    calls = [_call_of(item) for item in values]
+    if not calls or any(call is None or call.name not in tool_names for call in calls):
+        return None
+    return calls
 
 
 @dataclass(frozen=True)
@@ -100,71 +138,135 @@ class ParsedAnswer:
     calls: tuple[ToolCall, ...]
 
 
-def parse_answer(text: str, tool_names: frozenset[str]) -> ParsedAnswer:
-    """The calls in a whole answer, and the text around them (`tool_names`: the offered tools)."""
+def parse_answer(text: str, tool_names: frozenset[str], cut: bool = False) -> ParsedAnswer:
+    """The calls in a whole answer, and the text around them (`tool_names`: the offered tools; `cut`:
+    the answer ended at its length, so an unclosed tagged call is dropped)."""
     stream = ToolCallStream(tool_names)
-    pieces = stream.feed(text) + stream.finish()
+    pieces = stream.feed(text) + stream.finish(cut)
     content = "".join(p for p in pieces if isinstance(p, str))
     calls = tuple(p for p in pieces if isinstance(p, ToolCall))
-    return ParsedAnswer(content if content.strip() or not calls else None, calls)
+    return ParsedAnswer(content if content.strip() or not (calls or stream.dropped) else None, calls)
+
+
+Piece = Union[str, ToolCall]
 
 
 class ToolCallStream:
-    """Splits a stream of text into text pieces and whole `ToolCall`s, in order. An answer whose
-    first character (past whitespace) opens a JSON object is held to its end: it may be a bare call
-    of one of `tool_names`."""
+    """Splits a stream of text into text pieces and whole `ToolCall`s, in order. An answer that
+    opens (past whitespace) a JSON object, or a list whose first item is one, is held to its end:
+    it may be a bare call of one of `tool_names`."""
 
     def __init__(self, tool_names: frozenset[str]) -> None:
         self.tool_names = tool_names
-        self._pending = ""  # text not yet handed out: a possible opening tag, or a call not yet closed
-        self._in_call = False
+        self._pending = ""  # text not yet handed out: a possible opening, or a call not yet closed
+        self._in: Optional[str] = None  # the call being read: "tag" or "fence" (None: text)
         self._bare: Optional[bool] = None  # whether the answer may be a bare call (None: nothing seen yet)
+        self.dropped = False  # whether `finish` dropped a tagged call the length cut
+        # the line breaks after a call are part of the call format (the template puts one between
+        # calls): they are dropped, also when they come in a later piece
+        self._after_call = False
 
-    def feed(self, text: str) -> list[Union[str, ToolCall]]:
+    def feed(self, text: str) -> list[Piece]:
         self._pending += text
-        if self._bare is None and self._pending.strip():
-            self._bare = self._pending.lstrip().startswith("{")
+        if self._bare is None:
+            self._bare = _bare_opening(self._pending)
         if self._bare is not False:
             return []  # undecided, or held to the end as a possible bare call
-        out: list[Union[str, ToolCall]] = []
-        while True:
-            if self._in_call:
-                end = self._pending.find(CLOSE_TAG)
-                if end < 0:
-                    return out
-                body, self._pending = self._pending[:end], self._pending[end + len(CLOSE_TAG):]
-                self._in_call = False
-                call = parse_call(body)
-                # text between tags that is not a call is the model's text, tags and all
-                out.append(call if call is not None else f"{OPEN_TAG}{body}{CLOSE_TAG}")
-                # the newline the template puts between calls is part of the call format
-                self._pending = self._pending.lstrip("\n") if call is not None else self._pending
-                continue
-            start = self._pending.find(OPEN_TAG)
-            if start >= 0:
-                if start:
-                    out.append(self._pending[:start])
-                self._pending = self._pending[start + len(OPEN_TAG):]
-                self._in_call = True
-                continue
-            keep = _partial_tag_length(self._pending)
-            if len(self._pending) > keep:
-                out.append(self._pending[:len(self._pending) - keep])
-                self._pending = self._pending[len(self._pending) - keep:]
-            return out
+        out: list[Piece] = []
+        while self._step(out):
+            pass
+        return out
 
-    def finish(self) -> list[Union[str, ToolCall]]:
-        """What is left at the end: an unclosed call stays text, as the model wrote it."""
+    def _step(self, out: list[Piece]) -> bool:
+        """Hands out what the pending text settles; False when the rest must wait for more text."""
+        if self._in == "tag":
+            return self._close_tag(out)
+        if self._in == "fence":
+            return self._close_fence(out)
+        if self._after_call:
+            self._pending = self._pending.lstrip("\n")
+            self._after_call = not self._pending
+        tag, fence = self._pending.find(OPEN_TAG), self._pending.find(FENCE)
+        if tag >= 0 and (fence < 0 or tag < fence):
+            self._hand_out(out, tag)
+            self._pending, self._in = self._pending[len(OPEN_TAG):], "tag"
+            return True
+        if fence >= 0:
+            opens = _fence_opening(self._pending[fence:])
+            if opens is False:  # a block of code or text: it goes out, fence and all
+                self._hand_out(out, fence + len(FENCE))
+                return True
+            self._hand_out(out, fence)
+            self._in = "fence" if opens else None
+            return bool(opens)
+        # the end may begin a tag or a fence: it waits for the next piece
+        keep = max(_partial_tag_length(self._pending), len(self._pending) - len(self._pending.rstrip("`")))
+        self._hand_out(out, len(self._pending) - keep)
+        return False
+
+    def _hand_out(self, out: list[Piece], length: int) -> None:
+        """The first `length` characters of the pending text go out as text."""
+        if length:
+            out.append(self._pending[:length])
+            self._pending = self._pending[length:]
+
+    def _close_tag(self, out: list[Piece]) -> bool:
+        end = self._pending.find(CLOSE_TAG)
+        if end < 0:
+            return False
+        body, self._pending = self._pending[:end], self._pending[end + len(CLOSE_TAG):]
+        self._in = None
+        call = parse_call(body)
+        # text between tags that is not a call is the model's text, tags and all
+        out.append(call if call is not None else f"{OPEN_TAG}{body}{CLOSE_TAG}")
+        self._after_call = call is not None
+        return True
+
+    def _close_fence(self, out: list[Piece]) -> bool:
+        line = _FENCE_LINE.match(self._pending)
+        end = self._pending.find(FENCE, line.end())
+        if end < 0:
+            return False
+        block, self._pending = self._pending[:end + len(FENCE)], self._pending[end + len(FENCE):]
+        self._in = None
+        calls = parse_json_calls(block[line.end():end], self.tool_names)
+        out.extend(calls if calls is not None else [block])
+        self._after_call = calls is not None
+        return True
+
+    def finish(self, cut: bool = False) -> list[Piece]:
+        """What is left at the end (`cut`: the answer ended at its length). An unclosed tagged call is
+        dropped when cut (a client must not show call markup as the answer) and is text otherwise,
+        as the model wrote it; an unclosed block or bare object stays text (it may be JSON text)."""
         if self._bare:
-            call = parse_call(self._pending.strip())
-            if call is not None and call.name in self.tool_names:
+            calls = parse_json_calls(self._pending, self.tool_names)
+            if calls is not None:
                 self._pending = ""
-                return [call]
+                return list(calls)
             self._bare = False
-            return self.feed("") + self.finish()
-        rest = (OPEN_TAG + self._pending) if self._in_call else self._pending
-        self._pending, self._in_call = "", False
+            return self.feed("") + self.finish(cut)
+        if self._in == "tag" and cut:
+            self._pending, self._in, self.dropped = "", None, True
+            return []
+        rest = (OPEN_TAG + self._pending) if self._in == "tag" else self._pending
+        self._pending, self._in = "", None
         return [rest] if rest else []
+
+
+def _bare_opening(text: str) -> Optional[bool]:
+    """Whether an answer that begins with `text` may be a bare call: it opens an object or a list of
+    objects (None: only whitespace or "[" so far)."""
+    begun = text.lstrip()
+    if begun.startswith("["):
+        begun = begun[1:].lstrip()
+    return None if not begun else begun.startswith("{")
+
+
+def _fence_opening(text: str) -> Optional[bool]:
+    """Whether text that begins with a fence opens a fenced call (None: too short to say)."""
+    if _FENCE_OPENING.match(text):
+        return True
+    return None if _FENCE_BEGUN.fullmatch(text) else False
 
 
 def _partial_tag_length(text: str) -> int:
