@@ -18,6 +18,18 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+def cpu_vendor() -> str:
+    """/proc/cpuinfo's vendor_id ("GenuineIntel", "AuthenticAMD"), or "" where there is none."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:

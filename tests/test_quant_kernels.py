@@ -103,6 +103,30 @@ def test_the_build_takes_the_instruction_sets_the_cpu_reports(monkeypatch):
     assert build.simd_flags() == []
 
 
+def test_the_prefetch_threshold_is_per_cpu_and_never_changes_a_result(real_matrices, monkeypatch):
+    """Intel gets the AVX-512 tiles' software prefetch at every row count, AMD from 4 rows (see
+    kernels/build.py); which loads are hinted must not change one bit of any row."""
+    from anypair.kernels import build
+
+    assert build.prefetch_min_rows("GenuineIntel") == 1 and build.prefetch_min_rows("AuthenticAMD") == 4
+    monkeypatch.setenv("ANYPAIR_PREFETCH_MIN_ROWS", "3")
+    assert build.prefetch_min_rows("GenuineIntel") == 3
+    monkeypatch.setenv("ANYPAIR_PREFETCH_MIN_ROWS", "many")
+    with pytest.raises(Exception, match="whole number"):
+        build.prefetch_min_rows()
+    monkeypatch.delenv("ANYPAIR_PREFETCH_MIN_ROWS")
+    lib = build.load_library()
+    for weight in real_matrices.values():
+        group = LinearGroup([weight])
+        x = _activations(6, weight.cols, seed=2)
+        results = []
+        for rows in (1, 4, 8):
+            lib.ap_set_prefetch_min_rows(rows)
+            results.append([group(x[:k], threads=2)[0] for k in (1, 2, 3, 6)])
+        lib.ap_set_prefetch_min_rows(build.prefetch_min_rows())
+        assert all(torch.equal(a, b) for other in results[1:] for a, b in zip(results[0], other))
+
+
 @pytest.mark.parametrize("type_name", list(NATIVE_TYPES.values()))
 def test_rows_are_bitwise_the_same_alone_or_with_up_to_16_others(real_matrices, type_name):
     weight = real_matrices[next(t for t, n in NATIVE_TYPES.items() if n == type_name)]

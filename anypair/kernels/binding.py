@@ -48,6 +48,7 @@ STRUCTS = {"ap_weight": ApWeight, "ap_model": ApModel, "ap_layer": ApLayer}
 #: every function of csrc/ap_api.h: name -> (return type, argument types); pointers are c_void_p
 SIGNATURES: dict[str, tuple] = {
     "ap_simd_level": (_i, []),
+    "ap_set_prefetch_min_rows": (None, [_i]),
     "ap_type_supported": (_i, [_i]),
     "ap_linear": (_i, [_p, _i, _p, _i, _i, _p, _i, _i]),
     "ap_dequant_rows": (_i, [_p, _p, _i, _p]),

@@ -33,6 +33,7 @@ typedef struct {
 
 // matmul.c
 int ap_simd_level(void);
+void ap_set_prefetch_min_rows(int rows);
 int ap_type_supported(int type);
 int ap_linear(const ap_weight *ws, int nw, const float *x, int M, int K, float *const *ys, int nthreads, int path);
 int ap_dequant_rows(const ap_weight *w, const int64_t *rows, int n, float *out);

@@ -15,14 +15,17 @@
 
 #define AP_INLINE static inline __attribute__((always_inline))
 
-// Software prefetch, for tiles of AP_PREFETCH_MIN_ROWS activation rows or more: there a super-block's
+// Software prefetch, for tiles of ap_prefetch_min_rows activation rows or more: there a super-block's
 // multiplies outlast its bytes' arrival, and the line AP_PREFETCH_AHEAD super-blocks ahead is asked for
 // at each step (one line a step, spread over the block). Measured on 2 Zen 4 threads (Qwen2.5-1.5B,
 // context 300, A/B in one process): 6 rows 59 -> 50 ms, 8 rows 77 -> 60, 16 rows 122 -> 102; with 1-3
-// rows the step is memory-bound, the hardware prefetcher keeps up and the prefetches only cost issue
-// slots (3 rows 37.4 -> 39.7 ms), so they are left out there.
+// rows the step is memory-bound there, the hardware prefetcher keeps up and the prefetches only cost
+// issue slots (3 rows 37.4 -> 39.7 ms), so they start at 4 rows by default. Intel's hardware prefetcher
+// does not keep up with 2-3 rows: without them k = 2 and 3 cost more than k = 4 on Intel Xeons (62 / 75 /
+// 73 / 61 ms for k = 1..4). The threshold is set per CPU at load (`ap_set_prefetch_min_rows`, see
+// kernels/build.py); it changes which loads are hinted, never the arithmetic.
 #define AP_PREFETCH_AHEAD 2
-#define AP_PREFETCH_MIN_ROWS 4
+extern int ap_prefetch_min_rows;  // matmul.c, where its setter is (built on every path)
 AP_INLINE void prefetch_ahead(const void *block, size_t block_bytes, size_t offset) {
     _mm_prefetch((const char *)block + AP_PREFETCH_AHEAD * block_bytes + offset, _MM_HINT_T0);
 }
@@ -142,6 +145,7 @@ static void group_q8_0_avx512(const uint8_t *group, const ap_act *a, int r0, int
 
 AP_INLINE void group_q4_K_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
     const block_q4_K_g16 *g = (const block_q4_K_g16 *)group; const int nb = a->K / 256;
+    const int prefetch_rows = ap_prefetch_min_rows;
     __m512 acc[AP_ROW_TILE];
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     const __m512i low4 = _mm512_set1_epi8(15), low16 = _mm512_set1_epi32(0xffff);
@@ -150,7 +154,7 @@ AP_INLINE void group_q4_K_tile(const uint8_t *group, const ap_act *a, int r0, in
         __m512i isum[AP_ROW_TILE];
         for (int r = 0; r < R; r++) isum[r] = _mm512_setzero_si512();
         for (int p = 0; p < 4; p++) {
-            if (R >= AP_PREFETCH_MIN_ROWS) prefetch_ahead(gb, sizeof(*gb), 64 * p);  // d, dmin, sc, mn
+            if (R >= prefetch_rows) prefetch_ahead(gb, sizeof(*gb), 64 * p);  // d, dmin, sc, mn
             const __m512i pair = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)gb->sc[p]));
             for (int h = 0; h < 2; h++) {
                 const int j = 2 * p + h;
@@ -159,7 +163,7 @@ AP_INLINE void group_q4_K_tile(const uint8_t *group, const ap_act *a, int r0, in
                 for (int r = 0; r < R; r++) part[r] = _mm512_setzero_si512();
                 #pragma GCC unroll 4
                 for (int t = 4 * j; t < 4 * j + 4; t++) {
-                    if (R >= AP_PREFETCH_MIN_ROWS) prefetch_ahead(gb, sizeof(*gb), 320 + 64 * t);  // past d, dmin, sc, mn: qs
+                    if (R >= prefetch_rows) prefetch_ahead(gb, sizeof(*gb), 320 + 64 * t);  // past d, dmin, sc, mn: qs
                     const __m512i packed = _mm512_loadu_si512(gb->qs[t]);
                     const __m512i q0 = _mm512_and_si512(packed, low4), q1 = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
                     step_rows(part, q0, q1, a, r0, R, 256, b, t);
@@ -189,6 +193,7 @@ AP_INLINE void group_q4_K_tile(const uint8_t *group, const ap_act *a, int r0, in
 // are multiplied), times the group's scale (vpmulld); one float step per super-block
 AP_INLINE void group_q6_K_i8_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
     const block_q6_K_i8 *g = (const block_q6_K_i8 *)group; const int nb = a->K / 256;
+    const int prefetch_rows = ap_prefetch_min_rows;
     __m512 acc[AP_ROW_TILE];
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
@@ -196,7 +201,7 @@ AP_INLINE void group_q6_K_i8_tile(const uint8_t *group, const ap_act *a, int r0,
         __m512i isum[AP_ROW_TILE];
         for (int r = 0; r < R; r++) isum[r] = _mm512_setzero_si512();
         for (int p = 0; p < 8; p++) {
-            if (R >= AP_PREFETCH_MIN_ROWS && p < 5) prefetch_ahead(gb, sizeof(*gb), 64 * p);  // d and sc (288 bytes)
+            if (R >= prefetch_rows && p < 5) prefetch_ahead(gb, sizeof(*gb), 64 * p);  // d and sc (288 bytes)
             const __m512i pair = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)gb->sc[p]));
             for (int r = 0; r < R; r++) {  // the offset of 32: -32 * (sc[2p] * s16[2p] + sc[2p+1] * s16[2p+1])
                 const int16_t *s16 = a->s16 + (size_t)(r0 + r) * (a->K / 16) + 16 * b + 2 * p;
@@ -210,7 +215,7 @@ AP_INLINE void group_q6_K_i8_tile(const uint8_t *group, const ap_act *a, int r0,
                 #pragma GCC unroll 2
                 for (int k = 0; k < 2; k++) {
                     const int t = 2 * u + k;
-                    if (R >= AP_PREFETCH_MIN_ROWS) {  // past d and sc: q[t]
+                    if (R >= prefetch_rows) {  // past d and sc: q[t]
                         prefetch_ahead(gb, sizeof(*gb), 288 + 128 * t);
                         prefetch_ahead(gb, sizeof(*gb), 288 + 128 * t + 64);
                     }

@@ -25,6 +25,10 @@ int ap_simd_level(void) {  // 3: AVX-512 VNNI (K-quants) + AVX2, 2: AVX2, 0: the
 #endif
 }
 
+// activation rows from which the AVX-512 K-quant tiles prefetch ahead (dot_avx512.c says why it is per CPU)
+int ap_prefetch_min_rows = 4;
+void ap_set_prefetch_min_rows(int rows) { ap_prefetch_min_rows = rows < 1 ? 1 : rows; }
+
 int ap_type_supported(int type) { return ap_dot_ref(type) != NULL || ap_group_ref(type) != NULL; }
 
 static ap_dot_fn pick_dot(int type, int path) {
