@@ -271,9 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    from anypair.zoo.cli import add_fetch_parser
+    from anypair.zoo.cli import add_fetch_parser, add_seed_parser
 
     add_fetch_parser(sub)
+    add_seed_parser(sub)
     from anypair.inspect_pair import add_inspect_parser
 
     add_inspect_parser(sub)
