@@ -227,6 +227,10 @@ def run_bench_cmd(args) -> int:
     from anypair.benchmarking.prompts import humaneval_prompts, prompts_from_file
     from anypair.benchmarking.report import format_report, save_json
 
+    if args.target_shape:
+        from anypair.benchmarking.seed_bench import run_target_shape_cmd
+
+        return run_target_shape_cmd(args, _contexts(args.verify_contexts))
     _checked_options(args, drafter="model")
     if args.sweep:
         from anypair.benchmarking.sweep import run_sweep_cmd
@@ -240,12 +244,7 @@ def run_bench_cmd(args) -> int:
     if unknown or not drafters:
         raise InputError(f"unknown drafter(s) {unknown or repr(args.drafters)}: choose among {', '.join(DRAFTERS)}")
     draft = args.assistant_model if any(uses_draft_model(d) for d in drafters) else None
-    try:
-        contexts = [int(c) for c in args.verify_contexts.split(",") if c.strip()]
-    except ValueError:
-        raise InputError(f"--verify-contexts takes comma-separated integers, got {args.verify_contexts!r}") from None
-    if any(c < 16 for c in contexts):
-        raise InputError(f"--verify-contexts: each context must be at least 16 tokens, got {contexts}")
+    contexts = _contexts(args.verify_contexts)
     report = run_bench(args.model, draft, prompts, max_new_tokens=args.max_new_tokens, drafters=drafters,
                        compare_hf=args.compare_hf, compare_llama_cpp=not args.no_llama_cpp, chat=args.chat,
                        repeats=args.repeats, verify_contexts=contexts, roofline=args.roofline,
@@ -255,6 +254,17 @@ def run_bench_cmd(args) -> int:
         save_json(report, args.json)
         print(f"saved {args.json}")
     return 0
+
+
+def _contexts(text: str) -> list[int]:
+    """--verify-contexts as integers, each at least 16."""
+    try:
+        contexts = [int(c) for c in text.split(",") if c.strip()]
+    except ValueError:
+        raise InputError(f"--verify-contexts takes comma-separated integers, got {text!r}") from None
+    if any(c < 16 for c in contexts):
+        raise InputError(f"--verify-contexts: each context must be at least 16 tokens, got {contexts}")
+    return contexts
 
 
 def run_install(args) -> int:
@@ -347,6 +357,17 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--sweep-articles",
                        help="JSONL with an \"article\" per line (default: the 6 CNN/DailyMail articles shipped "
                             "with anypair)")
+    seed = b.add_argument_group(
+        "a big target's cost on a seed-shaped file (--target-shape): RANDOM weights with the model's exact shapes, "
+        "the gguf engine beside llama.cpp; the text is meaningless, the costs are real")
+    seed.add_argument("--target-shape", metavar="NAME",
+                      help="a seed shape (`anypair seed-gguf --list`): write or reuse its file, then measure load time, "
+                           "peak RSS, k-token steps at --verify-contexts (default 300,4000) and prefill on both engines")
+    seed.add_argument("--ks", default="1-16", help="the ks timed (default 1-16; e.g. 1,2,4,8,16)")
+    seed.add_argument("--step-repeats", type=int, default=5, help="timed calls per k and context (median; default 5)")
+    seed.add_argument("--load-repeats", type=int, default=2, help="loads per engine, each in a child process (default 2)")
+    seed.add_argument("--prefill-tokens", type=int, default=1000, help="prompt tokens read in the prefill timing (0: none)")
+    seed.add_argument("--plot", help="save a plot of ms by k for both engines to this path (.png)")
     b.set_defaults(func=run_bench_cmd)
     return parser
 
