@@ -164,7 +164,8 @@ def test_a_small_file_loads_in_llama_cpp_and_computes_what_the_engine_computes(s
     theirs = LlamaCppBackend(small_files[name], threads=2, context=256).extend(ids, all_logits=True)
     ours = QuantizedGGUFBackend(small_files[name], threads=2, context=256).extend(ids, all_logits=True)
     assert torch.isfinite(theirs).all() and theirs.shape == ours.shape
-    # the same weights read the same way: a wrong rotary, soft-cap, bias or fused split decorrelates them
+    # the same weights read the same way: measured 0.9993-0.9998 on every family; the engine with its
+    # rotary pairs swapped (adjacent <-> halves) gives 0.50-0.81 on the same files
     correlation = float(torch.corrcoef(torch.stack([ours.flatten(), theirs.flatten()]))[0, 1])
     assert correlation > 0.98, (name, correlation)
 
