@@ -212,14 +212,9 @@ def _max_batch(gen, asked: Optional[int]) -> tuple[int, str]:
 
 def _available_memory() -> int:
     """MemAvailable of /proc/meminfo in bytes (0 where there is none)."""
-    try:
-        with open("/proc/meminfo") as info:
-            for line in info:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    from anypair.machine import available_memory
+
+    return available_memory()
 
 
 def run_bench_cmd(args) -> int:

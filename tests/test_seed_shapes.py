@@ -221,3 +221,16 @@ def test_bench_target_shape_measures_both_engines_and_plots(small_files, tmp_pat
     plot = seed_bench.save_plot(result, tmp_path / "plot.png")
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert seed_bench.parse_ks("1-3,8") == [1, 2, 3, 8]
+
+
+def test_a_bench_that_cannot_fit_in_memory_is_refused_before_anything_loads(monkeypatch):
+    from anypair import machine
+    from anypair.benchmarking.seed_bench import memory_needed, run_seed_bench
+    from anypair.errors import InputError
+
+    phi = SHAPES["phi-3-medium-128k"]
+    widened = memory_needed(phi) - 2.91 * seed_shapes.file_size(phi)  # Q5_K attn_qkv as F32 on the gguf engine
+    assert 5.0e9 < widened < 5.4e9, widened
+    monkeypatch.setattr(machine, "available_memory", lambda: 10 << 20)
+    with pytest.raises(InputError, match=r"needs ~.* GB of memory and 0\.0 GB is available"):
+        run_seed_bench(SMALL["codellama-13b"], progress=False)  # refused before the file is even looked for

@@ -106,6 +106,25 @@ def measure_prefill(backends: dict, ids: Sequence[int], repeats: int, progress: 
                    "tokens_per_s": round(len(ids) / statistics.median(s), 1)} for name, s in seconds.items()}
 
 
+#: resident bytes per byte of the file once each engine has loaded it, measured on the Qwen2.5-7B
+#: shape (README, "At the seeds' scale"): the gguf engine 5.41 GB, llama.cpp 8.18 GB for 4.68 GB
+RESIDENT_PER_FILE_BYTE = {GGUF: 1.16, LLAMA_CPP: 1.75}
+
+
+def memory_needed(shape) -> int:
+    """Bytes both engines hold at once while the steps are timed: each one's measured share of the
+    file, plus the F32 copy the gguf engine makes of every matrix of a type it has no kernel for
+    (phi3's Q5_K attn_qkv: 5.2 GB at Phi-3-medium's shape)."""
+    from anypair.kernels.ops import NATIVE_TYPES
+    from anypair.zoo.seed_shapes import tensor_plan
+
+    plan = tensor_plan(shape)
+    size = sum(t.nbytes for t in plan)
+    widened = sum(4 * t.shape[0] * t.shape[1] - t.nbytes for t in plan
+                  if t.type_name != "F32" and t.type_name not in NATIVE_TYPES.values())
+    return int(size * sum(RESIDENT_PER_FILE_BYTE.values()) + widened)
+
+
 def read_floors(backend, ceilings, contexts: Sequence[int], ks: Sequence[int]) -> dict:
     """{context: {k: ms}}: the roofline's floor of each step (the larger of its bytes over the read
     bandwidth and its int8 multiply-adds over the int8 peak)."""
@@ -136,11 +155,15 @@ def run_seed_bench(shape, *, contexts: Sequence[int] = (300, 4000), ks: Sequence
     from anypair.benchmarking.costs import verification_costs_by_context
     from anypair.benchmarking.roofline import Ceilings, roofline_json
     from anypair.errors import InputError
-    from anypair.machine import describe_machine, machine_description
+    from anypair.machine import available_memory, describe_machine, machine_description
     from anypair.zoo.seed_shapes import file_size, resolve_shape
     from anypair.zoo.seed_writer import seed_gguf
 
     shape = resolve_shape(shape) if isinstance(shape, str) else shape
+    needed, available = memory_needed(shape), available_memory()
+    if available and needed > available:  # refused in a line, before the machine swaps or kills something
+        raise InputError(f"timing {shape.name} on both engines at once needs ~{needed / 1e9:.1f} GB of memory and "
+                         f"{available / 1e9:.1f} GB is available: free memory, or run it on a larger machine")
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda text: None)
     torch.set_num_threads(threads)
     path = seed_gguf(shape, progress=progress)
