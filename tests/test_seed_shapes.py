@@ -190,6 +190,18 @@ def test_the_cache_reuses_a_file_by_its_shapes_key(zoo_fetch, tmp_path, monkeypa
     assert not list(tmp_path.glob("*.partial"))
 
 
+def test_the_same_shape_gives_the_same_bytes(small_files, tmp_path):
+    import hashlib
+
+    from anypair.zoo.seed_writer import write_seed_gguf
+
+    again = write_seed_gguf(SMALL["phi-3-medium-128k"], tmp_path / "again.gguf", progress=False)
+    digest = lambda path: hashlib.sha256(path.read_bytes()).hexdigest()  # noqa: E731
+    assert digest(again) == digest(small_files["phi-3-medium-128k"])
+    other = write_seed_gguf(SMALL["phi-3-medium-128k"], tmp_path / "other.gguf", progress=False, seed=1)
+    assert digest(other) != digest(again) and other.stat().st_size == again.stat().st_size
+
+
 def test_an_unknown_shape_is_one_line_with_advice_and_exit_2(capsys):
     from anypair.cli import main
 

@@ -229,7 +229,7 @@ def save_plot(result: dict, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(7, 4.5))
+    figure, axes = plt.subplots(figsize=(9, 5))
     styles = {GGUF: "o-", LLAMA_CPP: "s--"}
     for ctx, engines in result["step_ms"].items():
         for engine, costs in engines.items():
@@ -240,8 +240,8 @@ def save_plot(result: dict, path: Path) -> Path:
         axes.plot([int(k) for k in floor], list(floor.values()), ":", color="grey", label="roofline floor")
     axes.set_xlabel("k (tokens scored in one step)")
     axes.set_ylabel("ms per step (median)")
-    axes.set_title(f"{result['shape']['name']} shape, random weights, {result['threads']} threads\n{result['cpu']}",
-                   fontsize=9)
+    axes.set_title(f"{result['shape']['name']} shape, random weights (costs only), {result['threads']} threads\n"
+                   f"{result['machine']}", fontsize=8)
     axes.set_ylim(bottom=0)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
