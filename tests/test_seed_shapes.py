@@ -46,7 +46,8 @@ def small_files(zoo_fetch, tmp_path_factory):
     from anypair.zoo.seed_writer import write_seed_gguf
 
     folder = tmp_path_factory.mktemp("seeds")
-    return {name: write_seed_gguf(shape, folder / f"{shape.name}.gguf", progress=False) for name, shape in SMALL.items()}
+    return {name: write_seed_gguf(shape, folder / f"{shape.name}.gguf", progress=False)
+            for name, shape in SMALL.items()}
 
 
 # -- the real shapes' plans -------------------------------------------------------------------------

@@ -196,7 +196,8 @@ def run_seed_bench(shape, *, contexts: Sequence[int] = (300, 4000), ks: Sequence
                       "file_bytes": path.stat().st_size, "tensor_bytes": file_size(shape)},
             "machine": describe_machine(), "cpu": machine_description()["cpu"], "threads": threads,
             "settings": {"contexts": list(contexts), "ks": list(ks), "repeats": repeats, "load_repeats": load_repeats,
-                         "prefill_tokens": prefill_tokens, "prefill_repeats": prefill_repeats, "engine_context": context},
+                         "prefill_tokens": prefill_tokens, "prefill_repeats": prefill_repeats,
+                         "engine_context": context},
             "load": loads, "step_ms": steps, "read_floor_ms": read_floors(backends[GGUF], ceilings, contexts, ks),
             "ceilings": roofline_json(ceilings, [])["ceilings"], "prefill": prefill}
 

@@ -88,7 +88,8 @@ SHAPES: dict[str, SeedShape] = {s.name: s for s in (
     SeedShape("codellama-13b", "codellama/CodeLlama-13b-hf", "llama", layers=40, hidden=5120, ffn=13824, heads=40,
               kv_heads=40, head_dim=128, vocab=32016, context=16384, rope_base=1000000.0, rms_eps=1e-5,
               tokenizer="llama-spm",
-              notes="Llama-2's 32,000 pieces + 16: the infill pieces 32007-32010 named, 12 [PAD] (not in any file here)"),
+              notes="Llama-2's 32,000 pieces + 16: the infill pieces 32007-32010 named, "
+                    "12 [PAD] (not in any file here)"),
     SeedShape("phi-3-medium-128k", "microsoft/Phi-3-medium-128k-instruct", "phi3", layers=40, hidden=5120,
               ffn=17920, heads=40, kv_heads=10, head_dim=128, vocab=32064, context=131072, rope_base=10000.0,
               rms_eps=1e-5, tokenizer="phi-3",
@@ -165,7 +166,8 @@ def tensor_plan(shape: SeedShape) -> list[TensorPlan]:
         if shape.arch == "phi3":  # gate and up stacked in one ffn_up
             plan.append(matrix(block + "ffn_up.weight", 2 * shape.ffn, hidden))
         else:
-            plan += [matrix(block + "ffn_gate.weight", shape.ffn, hidden), matrix(block + "ffn_up.weight", shape.ffn, hidden)]
+            plan += [matrix(block + "ffn_gate.weight", shape.ffn, hidden),
+                     matrix(block + "ffn_up.weight", shape.ffn, hidden)]
         plan.append(matrix(block + "ffn_down.weight", hidden, shape.ffn, wide))
         if shape.arch == "gemma2":
             plan.append(vector(block + "post_ffw_norm.weight", hidden, "norm"))
