@@ -205,16 +205,11 @@ def _max_batch(gen, asked: Optional[int]) -> tuple[int, str]:
         return 1 if asked is None else asked, f"one request at a time ({why_not})"
     per_slot = gen.kv_bytes_per_slot()
     if asked is None:
-        available = _available_memory()
+        from anypair.machine import available_memory
+
+        available = available_memory()
         asked = max(1, min(DEFAULT_MAX_BATCH, int(available * KV_MEMORY_SHARE // per_slot))) if available else 1
     return asked, f"up to {asked} requests at once, KV {per_slot / 2**20:.0f} MiB per slot at the full context"
-
-
-def _available_memory() -> int:
-    """MemAvailable of /proc/meminfo in bytes (0 where there is none)."""
-    from anypair.machine import available_memory
-
-    return available_memory()
 
 
 def run_bench_cmd(args) -> int:
