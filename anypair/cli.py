@@ -206,21 +206,11 @@ def _max_batch(gen, asked: Optional[int]) -> tuple[int, str]:
         return 1 if asked is None else asked, f"one request at a time ({why_not})"
     per_slot = gen.kv_bytes_per_slot()
     if asked is None:
-        available = _available_memory()
+        from anypair.machine import available_memory
+
+        available = available_memory()
         asked = max(1, min(DEFAULT_MAX_BATCH, int(available * KV_MEMORY_SHARE // per_slot))) if available else 1
     return asked, f"up to {asked} requests at once, KV {per_slot / 2**20:.0f} MiB per slot at the full context"
-
-
-def _available_memory() -> int:
-    """MemAvailable of /proc/meminfo in bytes (0 where there is none)."""
-    try:
-        with open("/proc/meminfo") as info:
-            for line in info:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 def run_bench_cmd(args) -> int:
@@ -228,6 +218,10 @@ def run_bench_cmd(args) -> int:
     from anypair.benchmarking.prompts import humaneval_prompts, prompts_from_file
     from anypair.benchmarking.report import format_report, save_json
 
+    if args.target_shape:
+        from anypair.benchmarking.seed_bench import run_target_shape_cmd
+
+        return run_target_shape_cmd(args, _contexts(args.verify_contexts))
     _checked_options(args, drafter="model")
     if args.sweep:
         from anypair.benchmarking.sweep import run_sweep_cmd
@@ -243,12 +237,7 @@ def run_bench_cmd(args) -> int:
     draft = args.assistant_model if any(uses_draft_model(d) for d in drafters) else None
     if args.regret:
         return _run_regret(args, prompts, drafters, draft)
-    try:
-        contexts = [int(c) for c in args.verify_contexts.split(",") if c.strip()]
-    except ValueError:
-        raise InputError(f"--verify-contexts takes comma-separated integers, got {args.verify_contexts!r}") from None
-    if any(c < 16 for c in contexts):
-        raise InputError(f"--verify-contexts: each context must be at least 16 tokens, got {contexts}")
+    contexts = _contexts(args.verify_contexts)
     report = run_bench(args.model, draft, prompts, max_new_tokens=args.max_new_tokens, drafters=drafters,
                        compare_hf=args.compare_hf, compare_llama_cpp=not args.no_llama_cpp, chat=args.chat,
                        repeats=args.repeats, verify_contexts=contexts, roofline=args.roofline,
@@ -279,6 +268,17 @@ def _run_regret(args, prompts, drafters, draft) -> int:
     return 0
 
 
+def _contexts(text: str) -> list[int]:
+    """--verify-contexts as integers, each at least 16."""
+    try:
+        contexts = [int(c) for c in text.split(",") if c.strip()]
+    except ValueError:
+        raise InputError(f"--verify-contexts takes comma-separated integers, got {text!r}") from None
+    if any(c < 16 for c in contexts):
+        raise InputError(f"--verify-contexts: each context must be at least 16 tokens, got {contexts}")
+    return contexts
+
+
 def run_install(args) -> int:
     from anypair.backends.llama_cpp_guard import install_llama_cpp, llama_cpp_cmake_args
 
@@ -293,9 +293,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    from anypair.zoo.cli import add_fetch_parser
+    from anypair.zoo.cli import add_fetch_parser, add_seed_parser
 
     add_fetch_parser(sub)
+    add_seed_parser(sub)
     from anypair.inspect_pair import add_inspect_parser
 
     add_inspect_parser(sub)
@@ -377,6 +378,17 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--sweep-articles",
                        help="JSONL with an \"article\" per line (default: the 6 CNN/DailyMail articles shipped "
                             "with anypair)")
+    seed = b.add_argument_group(
+        "a big target's cost on a seed-shaped file (--target-shape): RANDOM weights with the model's exact shapes, "
+        "the gguf engine beside llama.cpp; the text is meaningless, the costs are real")
+    seed.add_argument("--target-shape", metavar="NAME",
+                      help="a seed shape (`anypair seed-gguf --list`): write or reuse its file, then measure load time, "
+                           "peak RSS, k-token steps at --verify-contexts (default 300,4000) and prefill on both engines")
+    seed.add_argument("--ks", default="1-16", help="the ks timed (default 1-16; e.g. 1,2,4,8,16)")
+    seed.add_argument("--step-repeats", type=int, default=5, help="timed calls per k and context (median; default 5)")
+    seed.add_argument("--load-repeats", type=int, default=2, help="loads per engine, each in a child process (default 2)")
+    seed.add_argument("--prefill-tokens", type=int, default=1000, help="prompt tokens read in the prefill timing (0: none)")
+    seed.add_argument("--plot", help="save a plot of ms by k for both engines to this path (.png)")
     b.set_defaults(func=run_bench_cmd)
     return parser
 

@@ -57,3 +57,16 @@ def describe_machine() -> str:
     """One line: 'AMD EPYC (2 logical CPUs, avx2+fma+f16c, 23 GiB)'."""
     m = machine_description()
     return f"{m['cpu']} ({m['logical_cpus']} logical CPUs, {m['features']}, {m['memory']})"
+
+
+def available_memory() -> int:
+    """MemAvailable of /proc/meminfo in bytes (0 where there is none): what a run may still take
+    without pushing others out."""
+    try:
+        with open("/proc/meminfo") as info:
+            for line in info:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0

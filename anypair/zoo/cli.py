@@ -1,7 +1,9 @@
-"""`anypair fetch`: the zoo's subcommand (anypair/cli.py wires it in with add_fetch_parser / run_fetch)."""
+"""`anypair fetch` and `anypair seed-gguf`: the zoo's subcommands (anypair/cli.py wires them in with
+add_fetch_parser / add_seed_parser)."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def add_fetch_parser(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
@@ -59,4 +61,51 @@ def run_fetch(args: argparse.Namespace) -> int:
     paths = fetch(args.names or None, progress=not args.quiet, verify=args.verify)  # errors: the top-level CLI prints them, exit 2
     for name, path in paths.items():
         print(f"{name}\t{path}")
+    return 0
+
+
+def add_seed_parser(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
+    """Register `seed-gguf` on the top-level CLI's subparsers."""
+    from anypair.zoo.seed_shapes import SHAPES
+
+    parser = subparsers.add_parser(
+        "seed-gguf",
+        help="write (or find cached) a GGUF with a big seed target's exact shapes and random weights",
+        description=(
+            "Write a GGUF with the exact tensor shapes, Q4_K_M types, metadata and real tokenizer of a "
+            "seed pair's target, filled with RANDOM blocks, cached under $ANYPAIR_HOME/seeds; prints its path. "
+            "The weights are random: the text such a file writes is meaningless. It is for measuring costs "
+            "(time, memory) at that size (`anypair bench --target-shape NAME`).\n\n"
+            f"shapes: {', '.join(SHAPES)}"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("names", nargs="*", metavar="NAME", help="seed shape (or the hub id it stands for)")
+    parser.add_argument("--list", action="store_true", help="list the shapes, their sizes and whether each is written")
+    parser.add_argument("--quiet", action="store_true", help="no progress output")
+    parser.set_defaults(func=run_seed_gguf)
+    return parser
+
+
+def run_seed_gguf(args: argparse.Namespace) -> int:
+    """Run `anypair seed-gguf`; returns the process exit status."""
+    from anypair.errors import InputError
+    from anypair.zoo.seed_shapes import SHAPES, describe, resolve_shape, seed_path
+
+    if args.list or not args.names:
+        if not args.list:
+            raise InputError(f"name a seed shape: {', '.join(SHAPES)} (`anypair seed-gguf --list` shows their sizes)")
+        for shape in SHAPES.values():
+            written = "written" if seed_path(shape).is_file() else "not written"
+            print(f"{describe(shape)}; {written}")
+        return 0
+    from anypair.zoo.seed_writer import seed_gguf
+
+    shapes = [resolve_shape(name) for name in args.names]  # every name checked before minutes of writing
+    for shape in shapes:
+        path = seed_gguf(shape, progress=not args.quiet)
+        print(f"{shape.name}\t{path}")
+    if not args.quiet:
+        print("anypair seed-gguf: random weights: the text these files write is meaningless; "
+              "measure costs on them, not quality", file=sys.stderr)
     return 0

@@ -1,0 +1,291 @@
+"""`anypair bench --target-shape NAME`: the gguf engine beside llama.cpp on one seed-shaped GGUF
+(`zoo.seed_shapes`: a big target's exact shapes and types, random weights), on the same threads.
+
+What it measures, per engine: the load (its constructor, and the load plus a first token's logits,
+since llama.cpp maps the file lazily and pays for its pages on the first step), each in a child
+process of its own so that its peak RSS is its own; the k-token step at each context
+(`costs.verification_costs_by_context`: both engines loaded at once, interleaved per context,
+medians); the prompt read (prefill) of N tokens, engines alternating; and, from the roofline's
+ceilings (`roofline.Ceilings`, `roofline.step_bytes_and_macs`), the floor of each step on this
+machine. The weights are random, so the text is meaningless and no token is checked: only the
+costs are real, and the JSON says so.
+"""
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+#: the engines compared, by the names the JSON and the plot use
+GGUF, LLAMA_CPP = "gguf", "llama.cpp"
+RANDOM_WEIGHTS_NOTE = ("random weights with the model's exact shapes, types and tokenizer: the text is "
+                       "meaningless, the costs (time, memory) are real")
+
+
+def _rss_now() -> int:
+    """Resident bytes of this process now (VmRSS)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _open_engine(engine: str, path: Path, threads: int, context: int):
+    if engine == GGUF:
+        from anypair.backends.quantized_gguf import QuantizedGGUFBackend
+
+        return QuantizedGGUFBackend(path, name=GGUF, threads=threads, context=context)
+    from anypair.backends.llama_cpp import LlamaCppBackend
+
+    return LlamaCppBackend(path, name=LLAMA_CPP, threads=threads, context=context)
+
+
+def _child_load(engine: str, path: str, threads: int, context: int) -> None:
+    """In a child process: load, then one token; print the times and memory as one JSON line."""
+    if engine == GGUF:
+        from anypair.kernels import load_library
+
+        load_library()  # the kernels' build (cached after the first) is not the model's load
+    t0 = time.perf_counter()
+    backend = _open_engine(engine, Path(path), threads, context)
+    loaded = time.perf_counter()
+    backend.extend([1])
+    first = time.perf_counter()
+    print(json.dumps({"load_s": loaded - t0, "first_logits_s": first - t0, "rss_after_bytes": _rss_now(),
+                      "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+
+
+def measure_loads(path: Path, engines: Sequence[str], threads: int, context: int, repeats: int,
+                  progress: bool = True) -> dict:
+    """Each engine's load in a fresh child process, engines alternating `repeats` times: medians and samples."""
+    samples: dict[str, list[dict]] = {engine: [] for engine in engines}
+    for round_ in range(repeats):
+        for engine in engines:
+            code = ("import sys; from anypair.benchmarking.seed_bench import _child_load; "
+                    "_child_load(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))")
+            done = subprocess.run([sys.executable, "-c", code, engine, str(path), str(threads), str(context)],
+                                  capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"loading {path.name} on {engine} failed in a child process: "
+                                   f"{(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+            samples[engine].append(json.loads(done.stdout.strip().splitlines()[-1]))
+            if progress:
+                s = samples[engine][-1]
+                print(f"  load {round_ + 1}/{repeats} {engine}: {s['load_s']:.1f} s (first logits "
+                      f"{s['first_logits_s']:.1f} s), peak RSS {s['peak_rss_bytes'] / 1e9:.2f} GB",
+                      file=sys.stderr, flush=True)
+    result = {}
+    for engine, runs in samples.items():
+        result[engine] = {"load_s": round(statistics.median(r["load_s"] for r in runs), 2),
+                          "first_logits_s": round(statistics.median(r["first_logits_s"] for r in runs), 2),
+                          "peak_rss_GB": round(max(r["peak_rss_bytes"] for r in runs) / 1e9, 2),
+                          "rss_after_load_GB": round(statistics.median(r["rss_after_bytes"] for r in runs) / 1e9, 2),
+                          "samples": runs}
+    return result
+
+
+def measure_prefill(backends: dict, ids: Sequence[int], repeats: int, progress: bool = True) -> dict:
+    """Seconds to read `ids` as a prompt from an empty cache, engines alternating: medians."""
+    seconds: dict[str, list[float]] = {name: [] for name in backends}
+    for _ in range(repeats):
+        for name, backend in backends.items():
+            backend.reset()
+            t0 = time.perf_counter()
+            backend.prefill(list(ids))
+            seconds[name].append(time.perf_counter() - t0)
+            backend.reset()
+            if progress:
+                print(f"  prefill {len(ids)} tokens on {name}: {seconds[name][-1]:.1f} s", file=sys.stderr, flush=True)
+    return {name: {"tokens": len(ids), "s": round(statistics.median(s), 2),
+                   "tokens_per_s": round(len(ids) / statistics.median(s), 1)} for name, s in seconds.items()}
+
+
+#: resident bytes per byte of the file once each engine has loaded it, measured on the Qwen2.5-7B
+#: shape (README, "At the seeds' scale"): the gguf engine 5.41 GB, llama.cpp 8.18 GB for 4.68 GB
+RESIDENT_PER_FILE_BYTE = {GGUF: 1.16, LLAMA_CPP: 1.75}
+
+
+def memory_needed(shape) -> int:
+    """Bytes both engines hold at once while the steps are timed: each one's measured share of the
+    file, plus the F32 copy the gguf engine makes of every matrix of a type it has no kernel for
+    (phi3's Q5_K attn_qkv: 5.2 GB at Phi-3-medium's shape)."""
+    from anypair.kernels.ops import NATIVE_TYPES
+    from anypair.zoo.seed_shapes import tensor_plan
+
+    plan = tensor_plan(shape)
+    size = sum(t.nbytes for t in plan)
+    widened = sum(4 * t.shape[0] * t.shape[1] - t.nbytes for t in plan
+                  if t.type_name != "F32" and t.type_name not in NATIVE_TYPES.values())
+    return int(size * sum(RESIDENT_PER_FILE_BYTE.values()) + widened)
+
+
+def read_floors(backend, ceilings, contexts: Sequence[int], ks: Sequence[int]) -> dict:
+    """{context: {k: ms}}: the roofline's floor of each step (the larger of its bytes over the read
+    bandwidth and its int8 multiply-adds over the int8 peak)."""
+    from anypair.benchmarking.roofline import step_bytes_and_macs
+
+    floors = {}
+    for context in contexts:
+        row = {}
+        for k in ks:
+            bytes_read, macs = step_bytes_and_macs(backend, context, k)
+            peak = macs / ceilings.int8_macs_per_s if ceilings.int8_macs_per_s else 0.0
+            row[str(k)] = round(1000 * max(bytes_read / ceilings.read_bytes_per_s, peak), 1)
+        floors[str(context)] = row
+    return floors
+
+
+def run_seed_bench(shape, *, contexts: Sequence[int] = (300, 4000), ks: Sequence[int] = tuple(range(1, 17)),
+                   prefill_tokens: int = 1000, threads: int = 2, repeats: int = 5, load_repeats: int = 2,
+                   prefill_repeats: int = 1, progress: bool = True) -> dict:
+    """Write or reuse the file of `shape` (a SeedShape or its name), then measure both engines on it
+    (see the module's docstring)."""
+    import dataclasses
+
+    import numpy as np
+    import torch
+
+    from anypair.backends.llama_cpp_guard import probe_failure
+    from anypair.benchmarking.costs import verification_costs_by_context
+    from anypair.benchmarking.roofline import Ceilings, roofline_json
+    from anypair.errors import InputError
+    from anypair.machine import available_memory, describe_machine, machine_description
+    from anypair.zoo.seed_shapes import file_size, resolve_shape
+    from anypair.zoo.seed_writer import seed_gguf
+
+    shape = resolve_shape(shape) if isinstance(shape, str) else shape
+    needed, available = memory_needed(shape), available_memory()
+    if available and needed > available:  # refused in a line, before the machine swaps or kills something
+        raise InputError(f"timing {shape.name} on both engines at once needs ~{needed / 1e9:.1f} GB of memory and "
+                         f"{available / 1e9:.1f} GB is available: free memory, or run it on a larger machine")
+    say = (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda text: None)
+    torch.set_num_threads(threads)
+    path = seed_gguf(shape, progress=progress)
+    context = max(max(contexts) + max(ks), prefill_tokens) + 64
+    failure = probe_failure(path, threads)
+    if failure is not None:
+        raise InputError(f"llama.cpp cannot run {path.name} here, so there is nothing to compare with: {failure}")
+    engines = (GGUF, LLAMA_CPP)
+    say(f"{shape.name}: {path} ({path.stat().st_size / 1e9:.2f} GB, {RANDOM_WEIGHTS_NOTE})")
+    say(f"loading each engine in a child process, {load_repeats} time(s), alternating")
+    loads = measure_loads(path, engines, threads, context, load_repeats, progress)
+    say("loading both engines here for the step costs")
+    backends = {engine: _open_engine(engine, path, threads, context) for engine in engines}
+    # the weights are random: which ids are read changes nothing but the embedding rows fetched
+    ids = [int(i) for i in np.random.default_rng(0).integers(0, shape.vocab, size=max(prefill_tokens, 64))]
+    steps: dict = {}
+    for ctx in contexts:
+        say(f"k-token steps at context {ctx} (k = {', '.join(map(str, ks))}; {repeats} timed calls each, medians)")
+        table = verification_costs_by_context(backends, ids, [ctx], ks, repeats)[ctx]
+        steps[str(ctx)] = {name: {str(k): round(v, 1) for k, v in costs.items()} for name, costs in table.items()}
+        for name, costs in steps[str(ctx)].items():
+            say(f"  {name}: " + ", ".join(f"k={k} {ms:.0f} ms" for k, ms in costs.items()))
+    say(f"prefill of {prefill_tokens} tokens")
+    prefill = measure_prefill(backends, ids[:prefill_tokens], prefill_repeats, progress) if prefill_tokens else {}
+    say("the machine's ceilings (read bandwidth, int8 peak) for the roofline's floor")
+    ceilings = Ceilings.measure(threads)
+    return {"what": f"anypair bench --target-shape {shape.name}: the gguf engine beside llama.cpp on one file; "
+                    + RANDOM_WEIGHTS_NOTE,
+            "shape": {**dataclasses.asdict(shape), "extra": dict(shape.extra), "file": str(path),
+                      "file_bytes": path.stat().st_size, "tensor_bytes": file_size(shape)},
+            "machine": describe_machine(), "cpu": machine_description()["cpu"], "threads": threads,
+            "settings": {"contexts": list(contexts), "ks": list(ks), "repeats": repeats, "load_repeats": load_repeats,
+                         "prefill_tokens": prefill_tokens, "prefill_repeats": prefill_repeats,
+                         "engine_context": context},
+            "load": loads, "step_ms": steps, "read_floor_ms": read_floors(backends[GGUF], ceilings, contexts, ks),
+            "ceilings": roofline_json(ceilings, [])["ceilings"], "prefill": prefill}
+
+
+def format_table(result: dict) -> str:
+    """The figures as a Markdown table: per context and k, each engine's ms, their ratio and the floor."""
+    lines = [f"{result['shape']['name']} ({result['shape']['hub_id']}), {result['cpu']}, {result['threads']} threads; "
+             + RANDOM_WEIGHTS_NOTE, "",
+             "| context | k | gguf ms | llama.cpp ms | gguf / llama.cpp | gguf / its k=1 | read floor ms |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for ctx, engines in result["step_ms"].items():
+        ours, theirs = engines[GGUF], engines[LLAMA_CPP]
+        for k, ms in ours.items():
+            lines.append(f"| {ctx} | {k} | {ms:.0f} | {theirs[k]:.0f} | {ms / theirs[k]:.2f} | "
+                         f"{ms / ours['1']:.2f} | {result['read_floor_ms'][ctx][k]:.0f} |")
+    lines.append("")
+    for engine, load in result["load"].items():
+        prefill = result["prefill"].get(engine)
+        lines.append(f"- {engine}: load {load['load_s']:.1f} s (first logits {load['first_logits_s']:.1f} s), "
+                     f"peak RSS {load['peak_rss_GB']:.2f} GB"
+                     + (f"; prefill {prefill['tokens']} tokens {prefill['s']:.1f} s = "
+                        f"{prefill['tokens_per_s']:.1f} tok/s" if prefill else ""))
+    return "\n".join(lines)
+
+
+def save_plot(result: dict, path: Path) -> Path:
+    """ms by k for both engines, one line per engine and context (matplotlib, no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(9, 5))
+    styles = {GGUF: "o-", LLAMA_CPP: "s--"}
+    for ctx, engines in result["step_ms"].items():
+        for engine, costs in engines.items():
+            ks = [int(k) for k in costs]
+            axes.plot(ks, list(costs.values()), styles.get(engine, "x-"), label=f"{engine}, context {ctx}")
+    floor = result["read_floor_ms"].get(next(iter(result["step_ms"])))
+    if floor:
+        axes.plot([int(k) for k in floor], list(floor.values()), ":", color="grey", label="roofline floor")
+    axes.set_xlabel("k (tokens scored in one step)")
+    axes.set_ylabel("ms per step (median)")
+    axes.set_title(f"{result['shape']['name']} shape, random weights (costs only), {result['threads']} threads\n"
+                   f"{result['machine']}", fontsize=8)
+    axes.set_ylim(bottom=0)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
+def parse_ks(text: str) -> list[int]:
+    """'1-16' or '1,2,4,8,16' (or both: '1-4,8,16') -> the ks, each at least 1."""
+    from anypair.errors import InputError
+
+    ks: list[int] = []
+    try:
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            low, _, high = part.partition("-")
+            ks.extend(range(int(low), int(high) + 1) if high else [int(low)])
+    except ValueError:
+        raise InputError(f"--ks takes a range and/or commas, e.g. 1-16 or 1,2,4,8,16; got {text!r}") from None
+    if not ks or min(ks) < 1:
+        raise InputError(f"--ks: each k must be at least 1, got {text!r}")
+    return sorted(set(ks))
+
+
+def run_target_shape_cmd(args, contexts: Optional[Sequence[int]]) -> int:
+    """`anypair bench --target-shape NAME`: measure, print the table, save the JSON and the plot."""
+    from anypair.errors import InputError
+    from anypair.zoo.seed_shapes import resolve_shape
+
+    resolve_shape(args.target_shape)  # an unknown name: one line, before anything loads
+    if args.step_repeats < 1 or args.load_repeats < 1 or args.prefill_tokens < 0:
+        raise InputError("--step-repeats and --load-repeats must be at least 1 and --prefill-tokens at least 0")
+    result = run_seed_bench(args.target_shape, contexts=contexts or (300, 4000), ks=parse_ks(args.ks),
+                            prefill_tokens=args.prefill_tokens, threads=args.threads or 2, repeats=args.step_repeats,
+                            load_repeats=args.load_repeats)
+    print(format_table(result))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+        print(f"saved {args.json}")
+    if args.plot:
+        print(f"saved {save_plot(result, Path(args.plot))}")
+    return 0

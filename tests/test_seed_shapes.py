@@ -1,0 +1,249 @@
+"""Seed-shaped GGUFs (anypair/zoo/seed_shapes.py, seed_writer.py, seed_vocab.py, seed_blocks.py) and
+`anypair bench --target-shape` (benchmarking/seed_bench.py).
+
+No real-size file is written here: the real shapes are checked through their tensor plans (against
+the published sizes of the real Q4_K_M files), and small shapes of the same families go through the
+same writer, then are read back, run on the gguf engine and on llama.cpp, cached and benchmarked.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from anypair.zoo import seed_shapes
+from anypair.zoo.seed_shapes import SHAPES, SeedShape, tensor_plan
+
+#: published sizes of the real Q4_K_M files (GB, the hub's listing: bartowski's and TheBloke's
+#: conversions), which a plan with one wrong shape or type would miss by far more than 1%
+PUBLISHED_Q4_K_M_GB = {"gemma-2-9b": 5.76, "codellama-13b": 7.87, "phi-3-medium-128k": 8.57, "qwen2.5-7b": 4.68,
+                       "llama-3.1-8b": 4.92}
+
+
+def _small(name: str, **changes) -> SeedShape:
+    """`name`'s family at a few MB: 2 layers of 256 (gemma2: 3 layers, so both window kinds run)."""
+    layers = 3 if SHAPES[name].arch == "gemma2" else 2
+    shape = SHAPES[name].scaled(name=f"small-{name}", layers=layers, hidden=256, ffn=512, heads=4, kv_heads=2,
+                                head_dim=64)
+    return dataclasses.replace(shape, **changes)
+
+
+#: one small shape per family and feature: codellama (Llama-2 + 16 extra tokens), phi3 (fused, Q5_K,
+#: long rope), gemma2 (Gemma's 256k from tokenizer.json, tied Q6_K head, soft-caps), and qwen2 (biases)
+#: and llama3 (rope_freqs) over Llama-2's vocabulary (their own 151k/128k vocabularies take gguf's
+#: reader 5-10 s to copy)
+SMALL = {"codellama-13b": _small("codellama-13b"), "phi-3-medium-128k": _small("phi-3-medium-128k"),
+         "gemma-2-9b": _small("gemma-2-9b"),
+         "qwen2.5-7b": _small("qwen2.5-7b", tokenizer="llama-spm", vocab=32000),
+         "llama-3.1-8b": _small("llama-3.1-8b", tokenizer="llama-spm", vocab=32000)}
+
+
+@pytest.fixture(scope="module")
+def small_files(zoo_fetch, tmp_path_factory):
+    from anypair.zoo.seed_writer import write_seed_gguf
+
+    folder = tmp_path_factory.mktemp("seeds")
+    return {name: write_seed_gguf(shape, folder / f"{shape.name}.gguf", progress=False)
+            for name, shape in SMALL.items()}
+
+
+# -- the real shapes' plans -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_each_plan_is_the_size_of_the_real_q4_k_m_file(name):
+    gb = seed_shapes.file_size(SHAPES[name]) / 1e9
+    assert abs(gb - PUBLISHED_Q4_K_M_GB[name]) / PUBLISHED_Q4_K_M_GB[name] < 0.01, (name, gb)
+
+
+def test_the_plan_follows_llama_cpps_q4_k_m_rule():
+    plan = {t.name: t for t in tensor_plan(SHAPES["qwen2.5-7b"])}
+    v_wide = [i for i in range(28) if plan[f"blk.{i}.attn_v.weight"].type_name == "Q6_K"]
+    down_wide = [i for i in range(28) if plan[f"blk.{i}.ffn_down.weight"].type_name == "Q6_K"]
+    # use_more_bits: the first and last eighth, and every third layer between
+    assert v_wide == down_wide == [0, 1, 2, 5, 8, 11, 14, 17, 20, 23, 24, 25, 26, 27]
+    assert plan["output.weight"].type_name == "Q6_K" and plan["token_embd.weight"].type_name == "Q4_K"
+    assert plan["blk.0.attn_q.weight"].shape == (3584, 3584) and plan["blk.0.attn_k.weight"].shape == (512, 3584)
+    assert plan["blk.3.ffn_down.weight"].shape == (3584, 18944) and plan["blk.0.attn_q.bias"].type_name == "F32"
+    gemma = {t.name: t for t in tensor_plan(SHAPES["gemma-2-9b"])}
+    assert "output.weight" not in gemma and gemma["token_embd.weight"].type_name == "Q6_K"  # tied: the head's type
+    assert gemma["blk.0.attn_q.weight"].shape == (4096, 3584) and "blk.41.post_ffw_norm.weight" in gemma
+    phi = {t.name: t for t in tensor_plan(SHAPES["phi-3-medium-128k"])}
+    assert phi["blk.0.attn_qkv.weight"].type_name == "Q5_K" and phi["blk.0.attn_qkv.weight"].shape == (7680, 5120)
+    assert phi["blk.0.ffn_up.weight"].shape == (35840, 5120) and "rope_factors_long.weight" in phi
+
+
+def test_random_blocks_dequantize_to_zero_mean_and_the_asked_spread():
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    from anypair.zoo.seed_blocks import random_blocks
+
+    rng = np.random.default_rng(0)
+    for kind in ("Q4_K", "Q5_K", "Q6_K"):
+        values = dequantize(random_blocks(kind, 256, 0.02, rng).reshape(-1), GGMLQuantizationType[kind])
+        assert abs(values.mean()) < 0.002 and 0.018 < values.std() < 0.022, (kind, values.mean(), values.std())
+
+
+# -- the tokenizers ---------------------------------------------------------------------------------
+
+
+def test_codellamas_16_extra_rows_get_its_infill_pieces_and_pads(zoo_fetch):
+    from anypair.zoo.seed_vocab import CONTROL, UNUSED, tokenizer_fields
+
+    fields = {f.key: f.value for f in tokenizer_fields("llama-spm", 32016)}
+    tokens, types = fields["tokenizer.ggml.tokens"], fields["tokenizer.ggml.token_type"]
+    assert len(tokens) == len(types) == len(fields["tokenizer.ggml.scores"]) == 32016
+    assert tokens[32007:32011] == ["▁<PRE>", "▁<SUF>", "▁<MID>", "▁<EOT>"] and types[32008] == CONTROL
+    assert tokens[32015] == "[PAD32015]" and types[32015] == UNUSED and tokens[31999] != "[PAD31999]"
+
+
+def test_gemmas_tokenizer_json_becomes_sentencepiece_fields(zoo_fetch):
+    from anypair.zoo.seed_vocab import BYTE, CONTROL, NORMAL, tokenizer_fields
+
+    fields = {f.key: f.value for f in tokenizer_fields("gemma", 256000)}
+    tokens, types = fields["tokenizer.ggml.tokens"], fields["tokenizer.ggml.token_type"]
+    assert len(tokens) == 256000 and tokens[:4] == ["<pad>", "<eos>", "<bos>", "<unk>"]
+    assert fields["tokenizer.ggml.bos_token_id"] == 2 and types[2] == CONTROL
+    assert types[tokens.index("<0x0A>")] == BYTE and types[tokens.index("▁the")] == NORMAL
+    with pytest.raises(ValueError, match="more than"):
+        tokenizer_fields("gemma", 1000)
+
+
+# -- small files through the same writer -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_a_small_file_holds_exactly_the_planned_tensors_and_metadata(small_files, name):
+    from gguf import GGMLQuantizationType
+
+    from anypair.backends.gguf_file import GGUFFile
+
+    shape, gguf = SMALL[name], GGUFFile(small_files[name])
+    plan = tensor_plan(shape)
+    assert list(gguf.tensors) == [t.name for t in plan]
+    for tensor in plan:
+        found = gguf.tensors[tensor.name]
+        assert found.shape == tuple(reversed(tensor.shape)), tensor.name  # ggml order: the row length first
+        assert GGMLQuantizationType(found.ggml_type).name == tensor.type_name, tensor.name
+    meta = gguf.metadata
+    assert gguf.architecture == shape.arch and meta[f"{shape.arch}.block_count"] == shape.layers
+    assert meta[f"{shape.arch}.attention.head_count_kv"] == shape.kv_heads
+    assert meta[f"{shape.arch}.attention.key_length"] == shape.head_dim
+    assert meta["tokenizer.ggml.tokens"].length == shape.vocab and meta["general.file_type"] == 15
+    for key, value in shape.extra:
+        assert math.isclose(meta[f"{shape.arch}.{key}"], value, rel_tol=1e-6), key
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_a_small_file_runs_on_the_gguf_engine_with_finite_logits(small_files, name):
+    from anypair.backends.quantized_gguf import QuantizedGGUFBackend
+
+    engine = QuantizedGGUFBackend(small_files[name], threads=2, context=256)
+    assert engine.shape.vocab == SMALL[name].vocab and engine.shape.head_dim == 64
+    ids = [int(i) for i in np.random.default_rng(1).integers(0, SMALL[name].vocab, 80)]
+    logits = engine.extend(ids, all_logits=True)
+    assert torch.isfinite(logits).all()
+    # sane scales: unit-gain matrices give logits of order one that differ from position to position
+    assert 0.3 < float(logits.std()) < 5.0 and float((logits[0] - logits[-1]).abs().mean()) > 0.1
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_a_small_file_loads_in_llama_cpp_and_computes_what_the_engine_computes(small_files, name):
+    pytest.importorskip("llama_cpp", reason="llama.cpp is optional (`anypair install llama.cpp`)")
+    from anypair.backends.llama_cpp import LlamaCppBackend
+    from anypair.backends.llama_cpp_guard import probe_failure
+    from anypair.backends.quantized_gguf import QuantizedGGUFBackend
+
+    failure = probe_failure(small_files[name], 2)
+    if failure is not None:
+        pytest.skip(failure)
+    ids = [int(i) for i in np.random.default_rng(2).integers(0, SMALL[name].vocab, 40)]
+    theirs = LlamaCppBackend(small_files[name], threads=2, context=256).extend(ids, all_logits=True)
+    ours = QuantizedGGUFBackend(small_files[name], threads=2, context=256).extend(ids, all_logits=True)
+    assert torch.isfinite(theirs).all() and theirs.shape == ours.shape
+    # the same weights read the same way: measured 0.9993-0.9998 on every family; the engine with its
+    # rotary pairs swapped (adjacent <-> halves) gives 0.50-0.81 on the same files
+    correlation = float(torch.corrcoef(torch.stack([ours.flatten(), theirs.flatten()]))[0, 1])
+    assert correlation > 0.98, (name, correlation)
+
+
+def test_the_cache_reuses_a_file_by_its_shapes_key(zoo_fetch, tmp_path, monkeypatch):
+    from anypair.zoo import seed_writer
+
+    monkeypatch.setattr(seed_shapes, "seed_dir", lambda: tmp_path)
+    shape = SMALL["codellama-13b"]
+    first = seed_writer.seed_gguf(shape, progress=False)
+    stamp = first.stat().st_mtime_ns
+
+    def no_second_write(*args, **kwargs):
+        raise AssertionError("a cached shape was written again")
+
+    monkeypatch.setattr(seed_writer, "write_seed_gguf", no_second_write)
+    assert seed_writer.seed_gguf(shape, progress=False) == first and first.stat().st_mtime_ns == stamp
+    other = dataclasses.replace(shape, ffn=768)
+    assert other.key != shape.key and seed_shapes.seed_path(other) != first
+    with pytest.raises(AssertionError, match="written again"):  # another shape is another file
+        seed_writer.seed_gguf(other, progress=False)
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_the_same_shape_gives_the_same_bytes(small_files, tmp_path):
+    import hashlib
+
+    from anypair.zoo.seed_writer import write_seed_gguf
+
+    again = write_seed_gguf(SMALL["phi-3-medium-128k"], tmp_path / "again.gguf", progress=False)
+    digest = lambda path: hashlib.sha256(path.read_bytes()).hexdigest()  # noqa: E731
+    assert digest(again) == digest(small_files["phi-3-medium-128k"])
+    other = write_seed_gguf(SMALL["phi-3-medium-128k"], tmp_path / "other.gguf", progress=False, seed=1)
+    assert digest(other) != digest(again) and other.stat().st_size == again.stat().st_size
+
+
+def test_an_unknown_shape_is_one_line_with_advice_and_exit_2(capsys):
+    from anypair.cli import main
+
+    for argv in (["seed-gguf", "gemma-9"], ["bench", "--target-shape", "gemma-9"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "unknown seed shape 'gemma-9'" in err and "seed-gguf --list" in err
+
+
+def test_bench_target_shape_measures_both_engines_and_plots(small_files, tmp_path):
+    pytest.importorskip("llama_cpp", reason="llama.cpp is optional (`anypair install llama.cpp`)")
+    pytest.importorskip("matplotlib")
+    from anypair.benchmarking import seed_bench
+    from anypair.zoo import seed_writer
+
+    shape = SMALL["codellama-13b"]
+    with pytest.MonkeyPatch.context() as patch:  # the small file written above stands in for the cache
+        patch.setattr(seed_writer, "seed_gguf", lambda s, progress=True: small_files["codellama-13b"])
+        result = seed_bench.run_seed_bench(shape, contexts=(40,), ks=(1, 2, 4), prefill_tokens=48, repeats=2,
+                                           load_repeats=1, progress=False)
+    assert set(result["load"]) == set(result["prefill"]) == {"gguf", "llama.cpp"}
+    for engine, load in result["load"].items():
+        assert 0 < load["load_s"] <= load["first_logits_s"] and load["peak_rss_GB"] > 0
+        assert set(result["step_ms"]["40"][engine]) == {"1", "2", "4"}
+        assert all(ms > 0 for ms in result["step_ms"]["40"][engine].values())
+    assert result["read_floor_ms"]["40"]["1"] > 0 and "meaningless" in result["what"]
+    table = seed_bench.format_table(result)
+    assert table.count("\n| 40 |") == 3 and "meaningless" in table
+    plot = seed_bench.save_plot(result, tmp_path / "plot.png")
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert seed_bench.parse_ks("1-3,8") == [1, 2, 3, 8]
+
+
+def test_a_bench_that_cannot_fit_in_memory_is_refused_before_anything_loads(monkeypatch):
+    from anypair import machine
+    from anypair.benchmarking.seed_bench import memory_needed, run_seed_bench
+    from anypair.errors import InputError
+
+    phi = SHAPES["phi-3-medium-128k"]
+    widened = memory_needed(phi) - 2.91 * seed_shapes.file_size(phi)  # Q5_K attn_qkv as F32 on the gguf engine
+    assert 5.0e9 < widened < 5.4e9, widened
+    monkeypatch.setattr(machine, "available_memory", lambda: 10 << 20)
+    with pytest.raises(InputError, match=r"needs ~.* GB of memory and 0\.0 GB is available"):
+        run_seed_bench(SMALL["codellama-13b"], progress=False)  # refused before the file is even looked for
