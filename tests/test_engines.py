@@ -211,8 +211,8 @@ def test_a_new_engine_is_one_file_and_a_registry_entry(fp16_target):
     with pytest.raises(InputError, match="unknown draft_engine 'recomputing'"):
         AnyPairGenerator(fp16_target, SMOL, draft_engine="recomputing")
     register_engine(Engine(name="recomputing", loader="recomputing_engine:load_recomputing_member",
-                           sources=frozenset({CHECKPOINT}), bitwise_invariant=False, exact_target=False,
-                           verification_slope=lambda member: 1.0, slope_source="no cache: every pass re-reads all",
+                           sources=frozenset({CHECKPOINT}), exact_target=False,
+                           verification_slope=lambda member: 1.0,  # no cache: every pass re-reads all
                            layer_overhead_params=7.4e6, devices=None))
     try:
         assert "recomputing" in engine_options() and engine_named("recomputing").exact_target is False

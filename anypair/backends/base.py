@@ -13,7 +13,9 @@ holds `slots` sequences; `sequence(slot)` is one of them as a backend of its own
 is at least a one-slot engine: these defaults give it one sequence (itself) and one call a forward.
 An engine that holds several (the GGUF engine) says so with `max_slots` and overrides them.
 
-Keeping it this small is what lets an OpenVINO or IPEX backend slot in beside plain torch.
+An engine needs only the three single-sequence members above (plus its shape and cost figures);
+everything about slots has a one-slot default, which is what lets an OpenVINO or IPEX backend slot
+in beside plain torch.
 """
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ cached length, each with its own rounding), the target's verdict on a draft toke
 verdict it reaches alone, and greedy output could drift from the target's own. Kernel libraries do
 pick by shape: on an H100, a bf16 target whose 4-row pass after one 60-token context matched its
 single-token passes bit for bit (the only shape checked then) wrote another greedy text than its own
-once verification scored 5 and 9 rows after longer contexts (`../shared/gpu/probe2.log`). The
+once verification scored 5 and 9 rows after longer contexts (a probe run on an H100 with random-weight
+Qwen2.5 models and the real tokenizer). The
 load-time check therefore scores several row counts after cached contexts of several lengths
 (`ContractShapes`), on the member's own device and weights.
 

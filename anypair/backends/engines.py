@@ -34,16 +34,12 @@ class Engine:
     loader: str
     #: the kinds of source it loads (anypair.backends.sources: "gguf", "checkpoint", "loaded")
     sources: frozenset[str]
-    #: a token's logits are the same bits whether it is scored alone or with others
-    bitwise_invariant: bool
     #: it may serve a target: its batch invariance is promised bitwise or checked on the model at load
     #: (auto prefers these for a target; an engine without it serves one only when asked by name)
     exact_target: bool
     #: what each extra token scored in one pass adds to a target step, as a share of the step
     #: (the hybrid drafter and the drafting ledger price passes with it), from the loaded member
     verification_slope: Callable[["LoadedModel"], float]
-    #: where `verification_slope`'s figures come from (a measurement, named)
-    slope_source: str
     #: per-layer overhead of a decode step, in parameters' worth of matrix work (policies.costs)
     layer_overhead_params: float
     #: it holds torch's weights formats (weights=, draft_weights=); other engines serve their file's own
@@ -109,26 +105,26 @@ def _no_llama_cpp() -> Optional[str]:
 
 #: the engines, in the order "auto" prefers them for a draft (a target prefers exact_target ones first)
 BUILT_IN_ENGINES = (
+    # bitwise batch-invariant by construction (kernels/csrc). Its slope is the kernel path's: Qwen2.5-Coder-1.5B
+    # Q4_K_M on 2 cores of an AMD EPYC, k = 2 / 4 / 8 / 12 cost 1.08 / 1.31 / 2.15 / 2.82x k = 1 with AVX-512 VNNI
+    # (0.15) and, since Q6_K is read as bytes on AVX2, 1.15 / 1.46 / 2.57 / 3.76x with AVX2 (0.2: the least-squares
+    # slope up to k = 8; evaluation/measured/bench_engine_roofline_zen3_n10.json)
     Engine(name="gguf", loader="anypair.backends.quantized_gguf:load_gguf_member", sources=frozenset({GGUF}),
-           bitwise_invariant=True, exact_target=True, verification_slope=_kernel_path_slope,
-           slope_source="the kernel path's: Qwen2.5-Coder-1.5B Q4_K_M on 2 cores of an AMD EPYC, k = 2 / 4 / 8 / 12 "
-                        "cost 1.08 / 1.31 / 2.15 / 2.82x k = 1 with AVX-512 VNNI (0.15) and, since Q6_K is read as bytes "
-                        "on AVX2, 1.15 / 1.46 / 2.57 / 3.76x with AVX2 (0.2: the least-squares slope up to k = 8; "
-                        "evaluation/measured/bench_engine_roofline_zen3_n10.json)",
+           exact_target=True, verification_slope=_kernel_path_slope,
            # anypair's C forward: ~1 MB of weights' worth per layer, fitted on single-token steps
            # (SmolLM2-135M Q4_1 3.4 ms, Qwen2.5-Coder-0.5B 16.8 ms, -1.5B 35.5 ms; AMD EPYC, 2 threads)
            layer_overhead_params=0.25e6, unavailable=_no_compiler, runs=_gguf_engine_runs),
+    # its slope, from its batched decode: k = 2 / 4 / 8 cost 1.72 / 2.86 / 6.64x k = 1 (Qwen2.5-Coder-1.5B Q4_K_M,
+    # AMD EPYC, 2 threads; evaluation/measured/bench_llamacpp_target_n6.json)
     Engine(name="llama.cpp", loader="anypair.backends.llama_cpp:load_llama_cpp_member", sources=frozenset({GGUF}),
-           bitwise_invariant=False, exact_target=False, verification_slope=lambda member: 0.6,
-           slope_source="its batched decode: k = 2 / 4 / 8 cost 1.72 / 2.86 / 6.64x k = 1 (Qwen2.5-Coder-1.5B "
-                        "Q4_K_M, AMD EPYC, 2 threads; evaluation/measured/bench_llamacpp_target_n6.json)",
+           exact_target=False, verification_slope=lambda member: 0.6,
            layer_overhead_params=1.0e6,  # ~4 MB a layer: its SmolLM2-135M step is 9.3 ms there
            unavailable=_no_llama_cpp),
+    # its slope, measured on a 2-core CPU: ~0.22 in fp32; fp16-weight fbgemm, bf16 and GPUs score 2-4 tokens for
+    # about the price of one (0.05); batch invariance checked on the model at load (backends/contract.py)
     Engine(name="torch", loader="anypair.backends.torch_engine:load_torch_member",
-           sources=frozenset({CHECKPOINT, LOADED}), bitwise_invariant=False, exact_target=True,
+           sources=frozenset({CHECKPOINT, LOADED}), exact_target=True,
            verification_slope=_torch_slope,
-           slope_source="measured on a 2-core CPU: ~0.22 in fp32; fp16-weight fbgemm, bf16 and GPUs score 2-4 "
-                        "tokens for about the price of one (0.05)",
            # Python and dispatch per op, fitted in fp32 (SmolLM2-135M step 55 ms, Qwen2.5-1.5B 270 ms)
            layer_overhead_params=7.4e6, takes_weights=True, devices=None),
 )

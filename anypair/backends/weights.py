@@ -63,7 +63,8 @@ def candidate_weights(device: str) -> list[str]:
     if device.startswith("cuda"):
         # a GPU's bf16 and fp16 GEMMs are picked per number of rows: on an H100 a bf16 target's
         # verification wrote another greedy text than the target alone, and fp16 failed the contract
-        # outright (../shared/gpu/); fp32 is the format that can hold, and the contract still checks it
+        # outright (4-row logits off by 0.13: a probe on an H100 with random-weight Qwen2.5 models); fp32 is the
+        # format that can hold, and the contract still checks it
         return ["fp32"]
     candidates = []
     if cpu_has_bf16():

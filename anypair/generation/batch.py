@@ -3,7 +3,7 @@ share each forward of the target (continuous batching), each still getting exact
 alone.
 
 `AnyPairGenerator.generate`, `stream` and `generate_many` and the server's worker all submit their
-requests to a `BatchScheduler` and run its rounds; so does a session made by hand (`run_alone`).
+requests to a `BatchScheduler` and run its rounds.
 Each request is a `DecodeSession` whose loop (`DecodeSession.steps`) yields the target calls it
 needs instead of running them; its KV state lives in a slot of its own of the engines (the slot
 interface of `backends.base.ModelBackend`: every engine has at least one slot, the GGUF engine as
@@ -365,18 +365,3 @@ def run_rounds(scheduler: BatchScheduler, streamed: Optional[CollectingSink] = N
                 yield streamed.chunks.popleft()
     finally:
         scheduler.close()
-
-
-def run_alone(session: DecodeSession) -> GenerationResult:
-    """A session made by hand (not by a generator), run to its end as a batch of one on its own
-    target; its result."""
-    scheduler = BatchScheduler(session.target, 1, lambda slot, arguments: (session, lambda finished: None),
-                               slope=0.0)
-    sink = CollectingSink()
-    scheduler.submit({}, sink)
-    for _ in run_rounds(scheduler):
-        pass
-    if sink.error is not None:
-        raise sink.error
-    assert sink.result is not None
-    return sink.result

@@ -95,8 +95,8 @@ Step = Union[TargetCall, DraftCall, str]
 
 
 class DecodeSession:
-    """One request's loop (`steps`), run by the batch scheduler (`generation.batch`; a session made
-    by hand: `run_alone`); `result` afterwards."""
+    """One request's loop (`steps`), run by the batch scheduler (`generation.batch`); `result`
+    afterwards."""
 
     def __init__(self, target: ModelBackend, target_tok: TokenizerAdapter, drafter: Drafter,
                  verifier: Verifier, policy: DraftLengthPolicy, request: DecodeRequest) -> None:
