@@ -115,11 +115,12 @@ def run_generate(args) -> int:
         request["prompt"] = args.prompt
     request["max_new_tokens"] = _room_for_answer(gen, request) if args.max_new_tokens is None else args.max_new_tokens
     if args.stream:
-        for chunk in gen.stream(**request):
+        stream = gen.stream(**request)
+        for chunk in stream:
             sys.stdout.write(chunk)
             sys.stdout.flush()
         sys.stdout.write("\n")
-        result = gen.last_result
+        result = stream.result
     else:
         result = gen.generate(**request)
         print(result.text)

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from anypair.backends.base import ModelBackend, SequenceRows
+from anypair.generation.options import GenerationRequest
 from anypair.policies.batch import (
     BatchCosts,
     DraftingRequest,
@@ -192,7 +193,7 @@ def run_batch(pair, target_cost: tuple[float, float], draft_cost: tuple[float, f
     scheduler = BatchScheduler(target, len(PROMPTS), pair._batch_session, scheduler.slope, draft_engine=draft)
     sinks = [CollectingSink() for _ in PROMPTS]
     for i, (prompt, sink) in enumerate(zip(PROMPTS, sinks)):
-        scheduler.submit(dict(prompt=prompt, seed=100 + i, **SAMPLING), sink)
+        scheduler.submit(GenerationRequest.of(prompt, seed=100 + i, **SAMPLING), sink)
     for _ in run_rounds(scheduler):
         pass
     assert all(sink.error is None for sink in sinks)
@@ -238,7 +239,7 @@ def test_a_joining_prompt_is_read_in_chunks_sized_from_the_row_cost(pair):
     scheduler = BatchScheduler(target, 6, pair._batch_session, base.slope, draft_engine=pair.draft_backend)
     sinks = [CollectingSink() for _ in range(6)]
     for prompt, sink in zip(PROMPTS[:5], sinks):
-        scheduler.submit(dict(prompt=prompt, max_new_tokens=40), sink)
+        scheduler.submit(GenerationRequest.of(prompt, max_new_tokens=40), sink)
     for _ in range(4):  # they decode
         scheduler.round()
     # each decoder's own work between forwards (verify, commit: Python, ~0.1-3 ms by machine and load)
@@ -247,7 +248,7 @@ def test_a_joining_prompt_is_read_in_chunks_sized_from_the_row_cost(pair):
     for _ in range(8):
         scheduler.costs.observe_request_work(5, 5 * 0.004)
     before = len(target.row_counts)
-    scheduler.submit(dict(prompt=long_prompt, max_new_tokens=6), sinks[5])
+    scheduler.submit(GenerationRequest.of(long_prompt, max_new_tokens=6), sinks[5])
     joining = pair.target.render(long_prompt, None)
     assert len(joining) > 4 * 16
     rounds_to_first_token = 0

@@ -144,6 +144,21 @@ def test_generate_many_refuses_bad_input_in_one_line(pair):
         pair.generate_many(["a"], messages=[[{"role": "user", "content": "b"}]])
     with pytest.raises(InputError, match="one per request"):
         pair.generate_many(["a", "b"], max_new_tokens=[4])
+    with pytest.raises(InputError, match="unexpected arguments.*max_token"):
+        pair.generate_many(["a"], max_token=4)
+    with pytest.raises(InputError, match="logprobs"):  # each request is checked before anything runs
+        pair.generate_many(["a", "b"], logprobs=99)
+
+
+def test_generate_many_takes_every_argument_generate_takes(pair):
+    """Log-probabilities, a logit bias, penalties and stop strings reach every request of the batch, and
+    each result is what `generate` returns for it alone; results come back, nothing is stashed."""
+    arguments = dict(max_new_tokens=8, logprobs=2, logit_bias={13: -100.0}, frequency_penalty=0.5, stop=["\n\n"])
+    many = pair.generate_many(MANY[:3], max_batch=3, **arguments)
+    for prompt, result in zip(MANY[:3], many):
+        alone = pair.generate(prompt, **arguments)
+        assert result.target_ids == alone.target_ids and 13 not in result.target_ids
+        assert [(e.target_id, e.logprob) for e in result.logprobs] == [(e.target_id, e.logprob) for e in alone.logprobs]
 
 
 # -- one path: every engine is at least a one-slot engine, and max_batch is checked in one place ------

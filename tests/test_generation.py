@@ -168,9 +168,11 @@ def test_chat_messages_and_stream(models, members):
     expected = reference_greedy(*models[TARGET], ids, N_NEW)
     result = gen.generate(messages=messages, max_new_tokens=N_NEW)
     assert result.target_ids == expected[: len(result.target_ids)]
-    streamed = "".join(gen.stream(messages=messages, max_new_tokens=N_NEW))
+    stream = gen.stream(messages=messages, max_new_tokens=N_NEW)
+    assert stream.result is None  # until it is exhausted
+    streamed = "".join(stream)
     assert streamed == result.text
-    assert gen.last_result.target_ids == result.target_ids
+    assert stream.result.target_ids == result.target_ids
 
 
 def test_same_tokenizer_path(models, members):

@@ -35,7 +35,7 @@ def run_alone(session: DecodeSession):
     scheduler = BatchScheduler(session.target, 1, lambda slot, arguments: (session, lambda finished: None),
                                slope=0.0)
     sink = CollectingSink()
-    scheduler.submit({}, sink)
+    scheduler.submit(None, sink)  # the session is made already: the scheduler's request is not read
     for _ in run_rounds(scheduler):
         pass
     if sink.error is not None:

@@ -38,13 +38,14 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generator, Iterator, Optional, Protocol, Union
+from typing import Callable, Generator, Iterator, Optional, Protocol, Union
 
 import torch
 
 from anypair.backends.base import ModelBackend, SequenceRows
 from anypair.drafters.base import DraftCall
 from anypair.generation.loop import DecodeSession, Step, TargetCall
+from anypair.generation.options import GenerationRequest
 from anypair.policies.batch import BatchCosts, DraftingRequest, plan_batch_drafts, prompt_rows
 from anypair.types import GenerationResult
 
@@ -108,18 +109,18 @@ class _Active:
 
 @dataclass
 class _Waiting:
-    arguments: dict[str, Any]
+    request: GenerationRequest
     sink: RequestSink
     enqueued_at: float = field(default_factory=time.perf_counter)
 
 
-SessionMaker = Callable[[int, dict[str, Any]], tuple[DecodeSession, Callable[[DecodeSession], None]]]
+SessionMaker = Callable[[int, GenerationRequest], tuple[DecodeSession, Callable[[DecodeSession], None]]]
 
 
 class BatchScheduler:
     """Rounds of one shared target forward over every active request (see the module's docstring).
 
-    `make_session(slot, arguments)` builds a request's session on slot `slot` of the engines and a
+    `make_session(slot, request)` builds a request's session on slot `slot` of the engines and a
     callback for when it ends (the generator's `_batch_session`); `engine` is the target's engine,
     holding at least `max_batch` slots (`AnyPairGenerator.batch_scheduler` checks `max_batch` and
     gives the engines their slots); `slope` prices rows (`row_share`); `draft_engine` runs the
@@ -143,9 +144,9 @@ class BatchScheduler:
     def busy(self) -> bool:
         return bool(self.active or self.waiting)
 
-    def submit(self, arguments: dict[str, Any], sink: RequestSink) -> None:
-        """Queue a request (`AnyPairGenerator.stream`'s arguments); it joins at the next round with a free slot."""
-        self.waiting.append(_Waiting(arguments, sink))
+    def submit(self, request: GenerationRequest, sink: RequestSink) -> None:
+        """Queue a request (checked once, at its door); it joins at the next round with a free slot."""
+        self.waiting.append(_Waiting(request, sink))
 
     def close(self) -> None:
         """End every request (their sinks are told nothing more)."""
@@ -314,7 +315,7 @@ class BatchScheduler:
             waiting = self.waiting.popleft()
             slot = free.pop(0)
             try:
-                session, on_finish = self.make_session(slot, waiting.arguments)
+                session, on_finish = self.make_session(slot, waiting.request)
             except Exception as exc:  # a bad request: refused alone (InputError), the others go on
                 waiting.sink.failed(exc)
                 free.insert(0, slot)

@@ -11,9 +11,10 @@ worker with up to `max_batch` requests sharing each forward.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional, Sequence, Union
+from typing import Callable, Generator, Iterator, Optional, Sequence, Union
 
 import torch
 
@@ -167,7 +168,6 @@ class AnyPairGenerator:
                                   **common) if draft is not None else None)
         self.target_backend = self.target.backend
         self.draft_backend = self.draft.backend if self.draft is not None else None
-        self.last_result: Optional[GenerationResult] = None
         # the request that owns the models' KV caches and the drafter now (None: free); see _claim
         self._open_request: Optional[str] = None
         # a greedy model drafter per slot of the draft's engine, kept across requests: it holds no
@@ -455,14 +455,16 @@ class AnyPairGenerator:
         `presence_penalty` (-2 to 2): OpenAI's penalties on generated tokens, the same way. The default of
         128 bounds a library call's time; `anypair generate` asks for `room_for_new_tokens` instead, so
         an answer ends where the model ends it."""
-        for _ in self._one_request("a generate() call", dict(
-                prompt=prompt, messages=messages, max_new_tokens=max_new_tokens, stop=stop, do_sample=do_sample,
-                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, assisted=assisted,
-                ignore_eos=ignore_eos, logprobs=logprobs, grammar=grammar, tools=tools, logit_bias=logit_bias,
-                frequency_penalty=frequency_penalty, presence_penalty=presence_penalty)):
+        request = GenerationRequest.of(
+            prompt, messages=messages, max_new_tokens=max_new_tokens, stop=stop, do_sample=do_sample,
+            temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, assisted=assisted, ignore_eos=ignore_eos,
+            logprobs=logprobs, grammar=grammar, tools=tools, logit_bias=logit_bias,
+            frequency_penalty=frequency_penalty, presence_penalty=presence_penalty)
+        stream = TextStream(self._one_request("a generate() call", request))
+        for _ in stream:
             pass
-        assert self.last_result is not None
-        return self.last_result
+        assert stream.result is not None
+        return stream.result
 
     def stream(self, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
                max_new_tokens: int = 128, stop: Union[str, Sequence[str], None] = None,
@@ -470,28 +472,32 @@ class AnyPairGenerator:
                seed: Optional[int] = None, assisted: bool = True, ignore_eos: bool = False,
                logprobs: Optional[int] = None, grammar: Optional[Grammar] = None,
                tools: Optional[Sequence[dict]] = None, logit_bias: Optional[dict[int, float]] = None,
-               frequency_penalty: float = 0.0, presence_penalty: float = 0.0) -> Iterator[str]:
-        """Yield text as soon as each token is verified; `last_result` holds the full result after.
+               frequency_penalty: float = 0.0, presence_penalty: float = 0.0) -> TextStream:
+        """Text as soon as each token is verified: iterate the returned `TextStream`; its `result`
+        holds the full `GenerationResult` once it is exhausted. The arguments are checked here, before
+        the first chunk.
 
         From its first chunk until it is exhausted, closed (`.close()`) or dropped, the stream owns
         this generator: another request meanwhile raises InputError instead of corrupting it."""
-        yield from self._one_request("an open stream", dict(
-            prompt=prompt, messages=messages, max_new_tokens=max_new_tokens, stop=stop, do_sample=do_sample,
+        request = GenerationRequest.of(
+            prompt, messages=messages, max_new_tokens=max_new_tokens, stop=stop, do_sample=do_sample,
             temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, assisted=assisted, ignore_eos=ignore_eos,
             logprobs=logprobs, grammar=grammar, tools=tools, logit_bias=logit_bias,
-            frequency_penalty=frequency_penalty, presence_penalty=presence_penalty))
+            frequency_penalty=frequency_penalty, presence_penalty=presence_penalty)
+        return TextStream(self._one_request("an open stream", request))
 
-    def _one_request(self, what: str, arguments: dict) -> Iterator[str]:
-        """A request (stream()'s `arguments`) as a batch of one, its text as it is verified;
-        `last_result` at the end. `what` names the caller in the claim's error."""
+    def _one_request(self, what: str, request: GenerationRequest) -> Generator[str, None, GenerationResult]:
+        """A request as a batch of one: its text as it is verified, its result at the end. `what`
+        names the caller in the claim's error."""
         with self._claim(what):
             scheduler = self.batch_scheduler(1)  # a batch of one: the one path every request takes
             sink = CollectingSink()
-            scheduler.submit(arguments, sink)
+            scheduler.submit(request, sink)
             yield from run_rounds(scheduler, sink)
             if sink.error is not None:
                 raise sink.error
-            self.last_result = sink.result
+            assert sink.result is not None
+            return sink.result
 
     # -- the scheduler (generation.batch): one request, or several sharing each forward ------------
     def batching_unavailable(self) -> Optional[str]:
@@ -531,39 +537,41 @@ class AnyPairGenerator:
         return BatchScheduler(self.target_backend, max_batch, self._batch_session, self._verify_slope(),
                               draft_engine=self.draft_backend, costs=self._batch_costs)
 
-    def _batch_session(self, slot: int, arguments: dict) -> tuple[DecodeSession, Callable[[DecodeSession], None]]:
-        """A request's session on slot `slot` (`arguments` are stream()'s), and what to do when it ends."""
-        session, entry = self._session(GenerationRequest.of(**arguments), slot)
+    def _batch_session(self, slot: int, request: GenerationRequest
+                       ) -> tuple[DecodeSession, Callable[[DecodeSession], None]]:
+        """A request's session on slot `slot`, and what to do when it ends."""
+        session, entry = self._session(request, slot)
         return session, lambda finished: self._settle(entry, finished)
 
     def generate_many(self, prompts: Optional[Sequence[str]] = None, *,
                       messages: Optional[Sequence[Sequence[dict]]] = None,
                       max_new_tokens: Union[int, Sequence[int]] = 128, max_batch: int = 8,
-                      stop: Union[str, Sequence[str], None] = None, do_sample: bool = False,
-                      temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-                      seed: Union[int, Sequence[Optional[int]], None] = None, assisted: bool = True,
-                      ignore_eos: bool = False) -> list[GenerationResult]:
+                      seed: Union[int, Sequence[Optional[int]], None] = None, **arguments) -> list[GenerationResult]:
         """Several requests at once, sharing each target forward (continuous batching, up to
         `max_batch` at a time): one result per prompt (or conversation), in order, each exactly what
-        `generate` returns for it alone. `max_new_tokens` and `seed` may be one per request."""
+        `generate` returns for it alone. Every other argument is `generate`'s (`stop`, sampling,
+        `assisted`, `ignore_eos`, `logprobs`, `grammar`, `tools`, `logit_bias`, the penalties), the
+        same for every request; `max_new_tokens` and `seed` may be one per request. Every request is
+        checked before anything runs."""
         if (prompts is None) == (messages is None):
             raise InputError("generate_many needs prompts=[...] or messages=[conversation, ...], not both")
+        unknown = sorted(set(arguments) - set(inspect.signature(self.generate).parameters))
+        if unknown:
+            raise InputError(f"generate_many got unexpected arguments {unknown}: it takes generate()'s")
         items = list(prompts if prompts is not None else messages)
         lengths = [max_new_tokens] * len(items) if isinstance(max_new_tokens, int) else list(max_new_tokens)
         seeds = list(seed) if isinstance(seed, (list, tuple)) else [seed] * len(items)
         if len(lengths) != len(items) or len(seeds) != len(items):
             raise InputError(f"max_new_tokens and seed: one value, or one per request ({len(items)})")
-        requests = [dict(prompt=item if prompts is not None else None,
-                         messages=list(item) if messages is not None else None, max_new_tokens=n, stop=stop,
-                         do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, seed=s,
-                         assisted=assisted, ignore_eos=ignore_eos) for item, n, s in zip(items, lengths, seeds)]
-        for arguments in requests:  # bad arguments fail before anything runs
-            GenerationRequest.of(**arguments)
+        requests = [GenerationRequest.of(item if prompts is not None else None,
+                                         messages=list(item) if messages is not None else None,
+                                         max_new_tokens=n, seed=s, **arguments)
+                    for item, n, s in zip(items, lengths, seeds)]
         with self._claim("a generate_many() call"):
             scheduler = self.batch_scheduler(min(max_batch, max(1, len(requests))))
             sinks = [CollectingSink() for _ in requests]
-            for arguments, sink in zip(requests, sinks):
-                scheduler.submit(arguments, sink)
+            for request, sink in zip(requests, sinks):
+                scheduler.submit(request, sink)
             for _ in run_rounds(scheduler):
                 pass
         for sink in sinks:

@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.sse import EventSourceResponse, format_sse_event
 
 from anypair.errors import InputError
+from anypair.generation.options import GenerationRequest
 from anypair.serving.errors import SERVER_ERROR, APIError, install_error_handlers
 from anypair.serving.fields import Endpoint, refused_field, unknown_field, unknown_field_message
 from anypair.serving.schemas import (
@@ -203,7 +204,11 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
         tool_names = frozenset(tool["function"]["name"] for tool in tools) if tools else None
         answer = AnswerFormat(chat, tool_names, generator.target.tokenizer.token_bytes
                               if body.requested_logprobs is not None else None)
-        job = Job(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", arguments, asyncio.get_running_loop(),
+        try:  # the one typed request, built once here; the body's schema checked each field already
+            typed = GenerationRequest.of(**arguments)
+        except InputError as exc:
+            raise APIError(400, str(exc), code="invalid_value") from None
+        job = Job(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", typed, asyncio.get_running_loop(),
                   max_tokens_field=body.max_tokens_field, streams=bool(body.stream))
         try:
             worker.submit(job)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional, Protocol, Union
 
 from anypair.errors import InputError
+from anypair.generation.options import GenerationRequest
 from anypair.types import GenerationResult
 
 if TYPE_CHECKING:
@@ -69,10 +70,10 @@ Event = Union[Chunk, Finished, Failed]
 
 @dataclass
 class Job:
-    """One request on its way through the queue. `arguments` are `generator.stream`'s."""
+    """One request on its way through the queue: its typed request, built and checked at the door."""
 
     request_id: str
-    arguments: dict[str, Any]
+    request: GenerationRequest
     loop: asyncio.AbstractEventLoop
     max_tokens_field: str = "max_tokens"  # the body's name of max_new_tokens, for errors
     # a non-streamed answer needs no pieces: every hand-over wakes the event loop's thread, which
@@ -192,7 +193,7 @@ class GenerationWorker:
                         self.cancelled += 1
                         logger.info("%s cancelled while queued (the client left)", job.request_id)
                         continue
-                    scheduler.submit(job.arguments, _JobSink(self, job))
+                    scheduler.submit(job.request, _JobSink(self, job))
                 try:
                     scheduler.round()
                 except Exception:  # the thread must outlive any round, or every later request would hang
@@ -210,16 +211,16 @@ class GenerationWorker:
     def _blame(self, job: Job) -> tuple[str, Optional[str]]:
         """The field an InputError of the generator is about. The prompt's length is only measured
         here, on the error path, and on this thread (tokenizers are not shared across threads)."""
-        args = job.arguments
-        text_field = "messages" if args.get("messages") is not None else "prompt"
+        request = job.request
+        text_field = "messages" if request.messages is not None else "prompt"
         try:
-            prompt_tokens = len(self.generator.target.render(args.get("prompt"), args.get("messages")))
+            prompt_tokens = len(self.generator.target.render(request.prompt, request.messages))
             context = self.generator.target_backend.max_context
         except Exception:  # the prompt itself cannot be rendered: that is the error
             return text_field, None
         if prompt_tokens >= context:
             return text_field, "context_length_exceeded"
-        if prompt_tokens + args["max_new_tokens"] > context:
+        if prompt_tokens + request.max_new_tokens > context:
             return job.max_tokens_field, "context_length_exceeded"
         return text_field, None
 
