@@ -162,10 +162,12 @@ def run_serve(args) -> int:
                          f"got {args.queue_size}")
     if args.max_new_tokens < 1:
         raise InputError(f"--max-new-tokens must be a positive integer, got {args.max_new_tokens}")
+    if args.kv_memory is not None and not args.kv_memory > 0:
+        raise InputError(f"--kv-memory must be a positive number of MiB, got {args.kv_memory}")
     # the port is taken before the models load: a busy port fails in a second, not after a minute
     sock = listening_socket(args.host, args.port)
     gen = _load_pair(args, options)
-    max_batch, batch_note = _max_batch(gen, args.max_batch)
+    max_batch, batch_note = _max_batch(gen, args.max_batch, args.kv_memory)
     settings = ServeSettings(model_name=args.model_name or str(args.model), queue_size=args.queue_size,
                              max_batch=max_batch, default_max_tokens=args.max_new_tokens,
                              allowed_origins=tuple(args.allow_origin),
@@ -197,21 +199,35 @@ DEFAULT_MAX_BATCH = 8
 KV_MEMORY_SHARE = 0.5
 
 
-def _max_batch(gen, asked: Optional[int]) -> tuple[int, str]:
-    """--max-batch as asked, or by default from memory: as many requests as fit their KV caches at the
-    full context in half the memory available now, at most DEFAULT_MAX_BATCH; 1 where the engines
-    cannot batch. Returns it and a note for the start line (the KV per slot). The generator's
-    scheduler checks it (`AnyPairGenerator.batch_scheduler`), when the server is made."""
-    why_not = gen.batching_unavailable()
-    if why_not is not None:  # a --max-batch above 1 is refused in one line when the scheduler is made
-        return 1 if asked is None else asked, f"one request at a time ({why_not})"
+def _max_batch(gen, asked: Optional[int], kv_memory_mib: Optional[float] = None) -> tuple[int, str]:
+    """--max-batch as asked, or by default from the KV memory budget (--kv-memory MiB, default half the
+    memory available now): as many requests as fit their KV caches at the full context, at most
+    DEFAULT_MAX_BATCH; 1 where the engines cannot batch. Where even those requests at the full context
+    would not fit the budget, each request is held to the positions that do (`limit_positions`): a
+    longer one gets a 400 naming the budget, never an out-of-memory kill mid-answer. Returns the batch
+    and a note for the start line. The generator's scheduler checks the batch when the server is made."""
+    if kv_memory_mib is not None and not kv_memory_mib > 0:
+        raise InputError(f"--kv-memory must be a positive number of MiB, got {kv_memory_mib}")
     per_slot = gen.kv_bytes_per_slot()
-    if asked is None:
+    if kv_memory_mib is not None:
+        budget = kv_memory_mib * 2**20
+    else:
         from anypair.machine import available_memory
 
-        available = available_memory()
-        asked = max(1, min(DEFAULT_MAX_BATCH, int(available * KV_MEMORY_SHARE // per_slot))) if available else 1
-    return asked, f"up to {asked} requests at once, KV {per_slot / 2**20:.0f} MiB per slot at the full context"
+        budget = available_memory() * KV_MEMORY_SHARE or None
+    why_not = gen.batching_unavailable()
+    if why_not is not None:  # a --max-batch above 1 is refused in one line when the scheduler is made
+        batch, note = (1 if asked is None else asked), f"one request at a time ({why_not})"
+    else:
+        batch = asked if asked is not None else max(1, min(DEFAULT_MAX_BATCH, int(budget // per_slot))) if budget else 1
+        note = f"up to {batch} requests at once, KV {per_slot / 2**20:.0f} MiB per slot at the full context"
+    if budget is not None and batch * per_slot > budget:
+        per_position = per_slot / gen.target_backend.max_context
+        positions = int(budget // batch // per_position)
+        gen.limit_positions(positions, f"the server's KV memory budget of {budget / 2**20:.0f} MiB for {batch} "
+                                       f"request(s) at once (--kv-memory, --max-batch)")
+        note += f"; {positions} positions a request (the KV memory budget)"
+    return batch, note
 
 
 def run_bench_cmd(args) -> int:
@@ -336,6 +352,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="requests that run at once, sharing each forward of the target (continuous batching: "
                         "each still gets exactly its text alone); default: as many as fit the memory, at most 8; "
                         "1: one at a time")
+    s.add_argument("--kv-memory", type=float, default=None, metavar="MIB",
+                   help="memory the requests' KV caches may take, in MiB (default: half the memory available): "
+                        "sizes --max-batch, and where the requests at the full context would not fit, holds each "
+                        "request to the positions that do (a longer one gets a 400 error naming the budget)")
     s.add_argument("--model-name", help="the model id clients send (default: -m as given)")
     s.add_argument("--allow-origin", action="append", default=[],
                    help="a web origin whose pages may call the server (CORS), e.g. http://localhost:3000, or '*'; "

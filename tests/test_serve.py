@@ -451,6 +451,7 @@ class HeldGenerator:
 
     engines = "held"
     target_backend = SimpleNamespace(max_context=1024)
+    max_positions = 1024
     target = SimpleNamespace(has_chat_template=True)
 
     def __init__(self) -> None:
@@ -511,3 +512,28 @@ def test_allowed_origins_get_cors_headers_and_others_do_not():
         answer = httpx.post(f"{root}/v1/completions", json={"model": "m", "prompt": "a"},
                             headers={"Origin": "http://localhost:3000"})
         assert answer.status_code == 200 and answer.headers["access-control-allow-origin"] == "http://localhost:3000"
+
+
+def test_a_kv_memory_budget_holds_each_request_to_what_fits_and_refuses_longer_ones_with_a_400(zoo_fetch):
+    """`anypair serve --kv-memory 4` (MiB): the pair's KV caches take ~35 KiB a position (target and
+    draft), so one request may hold about a hundred positions; a request that needs more is a 400 error
+    object naming the budget (never an out-of-memory kill mid-answer), one that fits is served."""
+    running = RunningServer(["--kv-memory", "4", "--max-batch", "1"])
+    try:
+        assert running.wait_for_log("positions a request (the KV memory budget)", timeout_s=5)
+        client = running.client()
+        short = client.completions.create(model=TARGET, prompt="def add(a, b):", max_tokens=4, temperature=0)
+        assert short.choices[0].text
+        long_prompt = "def f(x):\n    return x + 1\n" * 20  # ~200 tokens
+        with pytest.raises(openai.APIStatusError) as caught:
+            client.completions.create(model=TARGET, prompt=long_prompt, max_tokens=4, temperature=0)
+        error = caught.value.body
+        assert caught.value.status_code == 400 and error["code"] == "context_length_exceeded"
+        assert "KV memory budget" in error["message"] and "--kv-memory" in error["message"]
+        with pytest.raises(openai.APIStatusError) as caught:  # max_tokens alone past the budget: at the door
+            client.completions.create(model=TARGET, prompt="a", max_tokens=500, temperature=0)
+        assert caught.value.status_code == 400 and caught.value.body["param"] == "max_tokens"
+    finally:
+        running.stop()
+    assert subprocess.run([sys.executable, "-m", "anypair.cli", "serve", "--kv-memory", "0"], cwd=REPO,
+                          capture_output=True).returncode == 2

@@ -176,6 +176,9 @@ class AnyPairGenerator:
         self._same_vocabulary: Optional[bool] = None
         # whether drafting paid on recent requests, per (drafter kind, sampling): see _ledger
         self._ledgers: dict[tuple[str, bool], DraftingLedger] = {}
+        # a server's cap on one request's positions, and why (`limit_positions`); None: the context
+        self._position_limit: Optional[int] = None
+        self._position_limit_why = ""
         # what the engines measured a forward of n rows to cost, for every scheduler of this
         # generator: the batch's draft plan and prompt chunks read them (policies.batch)
         self._batch_costs = BatchCosts()
@@ -333,11 +336,11 @@ class AnyPairGenerator:
         target_ids = self.target.render(request.prompt, request.messages, request.tools)
         if not target_ids:
             raise InputError("the prompt encodes to no tokens for the target model")
-        limit = self.target_backend.max_context
+        limit = self.max_positions
         if len(target_ids) + request.max_new_tokens > limit:
             raise InputError(
-                f"prompt ({len(target_ids)} tokens) + max_new_tokens ({request.max_new_tokens}) exceeds the target's "
-                f"context of {limit} tokens: shorten the prompt or lower max_new_tokens")
+                f"prompt ({len(target_ids)} tokens) + max_new_tokens ({request.max_new_tokens}) exceeds "
+                f"{self._positions_why}: shorten the prompt or lower max_new_tokens")
         if plan.drafts_with_model:
             self._check_draft_context(request, target_ids)
         sampling = request.sampling
@@ -422,6 +425,25 @@ class AnyPairGenerator:
                 f"draft's context of {limit} tokens: use a draft with a longer context, drafter='lookup', "
                 "or assisted=False")
 
+    @property
+    def max_positions(self) -> int:
+        """The most positions (prompt + new tokens) one request may hold: the target's context, or less
+        where a server's KV memory budget says so (`limit_positions`)."""
+        return min(self.target_backend.max_context, self._position_limit or self.target_backend.max_context)
+
+    @property
+    def _positions_why(self) -> str:
+        if self._position_limit is not None and self._position_limit < self.target_backend.max_context:
+            return f"the {self._position_limit} positions a request may hold under {self._position_limit_why}"
+        return f"the target's context of {self.target_backend.max_context} tokens"
+
+    def limit_positions(self, positions: int, why: str) -> None:
+        """Hold each request to `positions` (prompt + new tokens), `why` naming the limit in the error a
+        longer request gets (`anypair serve` sizes it from its KV memory budget)."""
+        if positions < 2:
+            raise InputError(f"{why} leaves room for {positions} positions a request: at least 2 are needed")
+        self._position_limit, self._position_limit_why = positions, why
+
     def room_for_new_tokens(self, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
                             assisted: bool = True) -> int:
         """The most new tokens a request for this prompt may ask for: what the target's context leaves
@@ -429,7 +451,7 @@ class AnyPairGenerator:
         the end-of-turn token within this bound, as llama.cpp's CLI writes to the end of its context)."""
         request = GenerationRequest.of(prompt, messages=messages, max_new_tokens=1, assisted=assisted)
         target_ids = self.target.render(request.prompt, request.messages)
-        room = self.target_backend.max_context - len(target_ids)
+        room = self.max_positions - len(target_ids)
         if self.plan(request).drafts_with_model:
             assert self.draft_backend is not None
             room = min(room, self.draft_backend.max_context - self._draft_prompt_length(request, target_ids)

@@ -243,10 +243,11 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
             raise APIError(404, f"model {body.model!r} is not served here: use {settings.model_name!r} "
                                 "(GET /v1/models lists it)", param="model", code="model_not_found")
         max_new_tokens = body.requested_max_tokens or settings.default_max_tokens
-        context = generator.target_backend.max_context
+        context = generator.max_positions
         if max_new_tokens >= context:
-            raise APIError(400, f"{body.max_tokens_field} ({max_new_tokens}) does not fit the model's context of "
-                                f"{context} tokens, which also holds the prompt: ask for fewer tokens",
+            raise APIError(400, f"{body.max_tokens_field} ({max_new_tokens}) does not fit the {context} positions a "
+                                "request may hold here (the model's context, or less under the server's --kv-memory), "
+                                "which also hold the prompt: ask for fewer tokens",
                            param=body.max_tokens_field, code="context_length_exceeded")
         temperature = 1.0 if body.temperature is None else body.temperature
         arguments = dict(prompt=prompt, messages=messages, max_new_tokens=max_new_tokens, stop=body.stop,

@@ -38,7 +38,8 @@ class ServedGenerator(Protocol):
 
     engines: str
     target: Any  # `.render(prompt, messages) -> ids`, `.has_chat_template`
-    target_backend: Any  # `.max_context`
+    target_backend: Any
+    max_positions: int  # the most positions (prompt + new tokens) one request may hold
 
     def batch_scheduler(self, max_batch: int) -> "BatchScheduler": ...
 
@@ -215,7 +216,7 @@ class GenerationWorker:
         text_field = "messages" if request.messages is not None else "prompt"
         try:
             prompt_tokens = len(self.generator.target.render(request.prompt, request.messages))
-            context = self.generator.target_backend.max_context
+            context = self.generator.max_positions
         except Exception:  # the prompt itself cannot be rendered: that is the error
             return text_field, None
         if prompt_tokens >= context:
