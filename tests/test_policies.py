@@ -177,6 +177,29 @@ def test_failed_probes_back_off_and_a_paying_probe_resets_the_wait():
     assert wait_for_probe() == 1
 
 
+def test_a_pair_memory_carries_costs_and_calibration_into_the_next_request():
+    """A request's first rounds are priced and stopped with what earlier requests of the pair measured;
+    its pause and acceptance still start afresh."""
+    from anypair.policies.adaptive import PairMemory
+
+    memory = PairMemory()
+    first = AdaptiveLength()
+    first.remember(memory)
+    first.reset(confidence_stopping=True)
+    assert first.stop_confidence() == 0.3  # nothing measured yet: the prior
+    for _ in range(6):  # cheap draft steps, a steep verification, proposals kept in full though the draft was unsure
+        first.update(RoundFeedback(10, 4, 4, 0.02, 0.25 + 0.05 * 5, 0.005, predicted_confidence=0.1))
+    learnt = first.stop_confidence()
+    second = AdaptiveLength()
+    second.remember(memory)
+    second.reset(confidence_stopping=True)
+    assert second.stop_confidence() == learnt != 0.3
+    assert second.confidence_stop.net_saving is None and second.confidence_stop.drafting_rounds == 0
+    forgetful = AdaptiveLength()
+    forgetful.reset(confidence_stopping=True)
+    assert forgetful.stop_confidence() == 0.3
+
+
 def test_next_length_only_reads_the_state():
     """Asking twice gives the same answer: only `update` moves a paused policy towards its probe."""
     confident = ConfidenceStopLength(maximum=10, probe_every=4, first_probe_after=2)

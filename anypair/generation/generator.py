@@ -35,6 +35,7 @@ from anypair.generation.options import (
     plan_request,
 )
 from anypair.policies import ConstantLength, DraftLengthPolicy, StepCosts, draft_prompt_window, estimated_step_costs
+from anypair.policies.adaptive import PairMemory
 from anypair.policies.batch import BatchCosts
 from anypair.policies.ledger import DraftingLedger, LedgerDecision, RequestOutcome
 from anypair.sampling.keyed import PositionNoise
@@ -176,6 +177,8 @@ class AnyPairGenerator:
         self._same_vocabulary: Optional[bool] = None
         # whether drafting paid on recent requests, per (drafter kind, sampling): see _ledger
         self._ledgers: dict[tuple[str, bool], DraftingLedger] = {}
+        # what drafting measured of the pair (step costs, the draft's calibration), per the same kinds
+        self._memories: dict[tuple[str, bool], PairMemory] = {}
         # a server's cap on one request's positions, and why (`limit_positions`); None: the context
         self._position_limit: Optional[int] = None
         self._position_limit_why = ""
@@ -297,11 +300,12 @@ class AnyPairGenerator:
                                     target_engine=target.engine.engine, draft_engine=draft.engine.engine)
 
     def forget_drafting_history(self) -> None:
-        """Forget what earlier requests measured of drafting (`skip_losing_drafts`): the next request
-        drafts as if it were the first. Benchmarks call it after their untimed warm-up, whose short
+        """Forget what earlier requests measured of drafting (the ledger of `skip_losing_drafts`, the
+        pair's costs and calibration): the next request drafts as if it were the first. Benchmarks call it after their untimed warm-up, whose short
         first request pays for allocations and would count as drafting that lost."""
         for ledger in self._ledgers.values():
             ledger.forget()
+        self._memories.clear()
 
     def plan(self, request: GenerationRequest) -> RequestPlan:
         """What would serve `request` on this generator: drafter, verifier and policy (nothing runs)."""
@@ -351,6 +355,8 @@ class AnyPairGenerator:
         decision = ledger.decide() if ledger is not None else LedgerDecision(draft=True)
         if decision.draft:
             drafter, policy = self._drafter(plan.drafter, sampling, noise, slot), plan.policy
+            # the pair's costs and calibration, as earlier requests of this kind measured them
+            policy.remember(self._memories.setdefault((plan.drafter, sampling.do_sample), PairMemory()))
         else:  # the ledger keeps the draft model off: prompt-lookup matches only
             drafter, policy = HybridDrafter(None, verify_slope=self._verify_slope()), ConstantLength(0)
         messages = list(request.messages) if request.messages is not None else None

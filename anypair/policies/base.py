@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from typing import TYPE_CHECKING
+
 from anypair.types import RoundFeedback
+
+if TYPE_CHECKING:
+    from anypair.policies.adaptive import PairMemory
 
 
 class DraftLengthPolicy(ABC):
@@ -25,6 +30,11 @@ class DraftLengthPolicy(ABC):
 
     def update(self, feedback: RoundFeedback) -> None:
         """Learn from the round just verified (called once after every round but the last)."""
+
+    def remember(self, memory: "PairMemory") -> None:
+        """Keep what a pair's requests learn across them in `memory` (the generator holds one per
+        drafter kind and decoding): a policy that measures costs or calibrates its draft reads and
+        updates it instead of starting from its priors on every request. Default: nothing kept."""
 
     def reset(self, confidence_stopping: bool = False) -> None:
         """A new request. `confidence_stopping`: the drafter ends rounds by itself when unsure

@@ -72,11 +72,13 @@ class ConfidenceStopLength(DraftLengthPolicy):
         self.calibration = ConfidenceCalibration(smoothing, max_calibration)
         self.probes = ProbeSchedule(first_probe_after, probe_every)
         self.min_rounds = min_rounds
+        self.remembers = False  # costs and calibration shared across requests (AdaptiveLength.remember)
         self.reset()
 
     def reset(self, confidence_stopping: bool = False) -> None:
-        self.costs.reset()
-        self.calibration.reset()
+        if not self.remembers:  # costs and calibration kept across requests in a PairMemory are not reset
+            self.costs.reset()
+            self.calibration.reset()
         self.probes.reset()
         self.net_saving: Optional[float] = None  # what a drafting round saved vs a plain target step (smoothed)
         self.drafting_rounds = 0

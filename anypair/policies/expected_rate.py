@@ -42,10 +42,12 @@ class ExpectedRateLength(DraftLengthPolicy):
         self.start, self.minimum, self.maximum = start, minimum, maximum
         self.acceptance = AcceptanceEstimate(prior_acceptance, smoothing)
         self.probes = ProbeSchedule(first_probe_after, probe_every)
+        self.remembers = False  # costs shared across requests (AdaptiveLength.remember)
         self.reset()
 
     def reset(self, confidence_stopping: bool = False) -> None:
-        self.costs.reset()
+        if not self.remembers:  # costs kept across requests in a PairMemory are not reset
+            self.costs.reset()
         self.acceptance.reset()
         self.probes.reset()
         self.k = self.start
