@@ -24,6 +24,7 @@ from anypair.drafters.hybrid import HybridDrafter
 from anypair.errors import InputError
 from anypair.generation.batch import BatchScheduler, CollectingSink, run_rounds
 from anypair.generation.loop import DecodeRequest, DecodeSession
+from anypair.generation.text import TextStream
 from anypair.generation.options import (
     DEFAULT_DRAFT_WINDOW,
     DrafterKind,
@@ -121,22 +122,13 @@ class AnyPairGenerator:
     """
 
     def __init__(self, target: ModelSpec, draft: Optional[ModelSpec] = None, *,
-                 drafter: Union[str, Drafter] = "model",
-                 draft_length: Union[str, DraftLengthPolicy] = "adaptive",
-                 num_draft_tokens: Optional[int] = None,
-                 confidence_threshold: Optional[float] = None,
-                 sampled_drafts: str = "greedy",
-                 draft_window: Optional[int] = DEFAULT_DRAFT_WINDOW,
-                 weights: Optional[str] = None,
-                 draft_weights: str = "auto",
-                 dtype: Union[str, torch.dtype, None] = None,
-                 engine: str = "auto",
-                 draft_engine: str = "auto",
-                 context: Optional[int] = None,
-                 device: Optional[str] = None,
-                 backend: str = "torch",
-                 linear_kernel: str = "auto",
-                 threads: Optional[int] = None,
+                 drafter: Union[str, Drafter] = "model", draft_length: Union[str, DraftLengthPolicy] = "adaptive",
+                 num_draft_tokens: Optional[int] = None, confidence_threshold: Optional[float] = None,
+                 sampled_drafts: str = "greedy", draft_window: Optional[int] = DEFAULT_DRAFT_WINDOW,
+                 weights: Optional[str] = None, draft_weights: str = "auto",
+                 dtype: Union[str, torch.dtype, None] = None, engine: str = "auto", draft_engine: str = "auto",
+                 context: Optional[int] = None, device: Optional[str] = None, backend: str = "torch",
+                 linear_kernel: str = "auto", threads: Optional[int] = None,
                  skip_losing_drafts: bool = True) -> None:
         self._load(target, draft, GeneratorOptions.of(
             drafter=drafter, draft_length=draft_length, num_draft_tokens=num_draft_tokens,

@@ -131,6 +131,11 @@ class DecodeSession:
         #: the per-token acceptance of this request's proposals, for the batch's plan (whatever its
         #: own policy estimates, or not)
         self.acceptance = AcceptanceEstimate()
+        # the round's running state: the drafter started (it reads its prompt then), the target's last
+        # committed token (the first row of the next forward), proposals in a row with nothing usable
+        self._draft_started = False
+        self._last_target_id = -1
+        self._empty_rounds = 0
 
     @property
     def drafter_off(self) -> bool:
@@ -244,9 +249,24 @@ class DecodeSession:
     # -- the loop -----------------------------------------------------------------------------
     def steps(self) -> Generator[Step, Optional[torch.Tensor], None]:
         """The loop, step by step: yields each `TargetCall` (send its logits back) and each piece of
-        verified text (send None); `result` is set when it ends."""
-        stats = self.stats
+        verified text (send None); `result` is set when it ends. Prefill, then rounds until done."""
         started = time.perf_counter()
+        done = yield from self._prefill(started)
+        self.policy.reset(confidence_stopping=self.drafter.stops_by_confidence)
+        while not done:
+            done = yield from self._round()
+        self.text.finish()
+        tail = self.text.take_new(final=True)
+        if tail:
+            yield self._piece(tail)
+        self.stats.new_tokens = len(self.generated)
+        self.stats.total_time_s = time.perf_counter() - started
+        logprobs = self.logprobs[:len(self.generated)] if self.logprobs is not None else None
+        self.result = GenerationResult(self.text.text, list(self.generated), self.stats, self.finish_reason, logprobs)
+
+    def _prefill(self, started: float) -> Generator[Step, Optional[torch.Tensor], bool]:
+        """The prompt read, and the target's first token (chosen like every later one: masked by the
+        request's grammar, by the verifier). Returns whether the request is done already."""
         logits = yield TargetCall(list(self.request.target_prompt_ids), all_logits=False, prefill=True)
         logits = self._mask_padding(logits)
         constraint = self.request.constraint
@@ -257,98 +277,106 @@ class DecodeSession:
         self._record_logprobs(raw_logits.view(1, -1), [first_target_id])
         if constraint is not None:
             constraint.commit([first_target_id])
-        stats.time_prefill_s = stats.time_to_first_token_s = time.perf_counter() - started
+        self.stats.time_prefill_s = self.stats.time_to_first_token_s = time.perf_counter() - started
+        self._last_target_id = first_target_id
         done = self._commit([first_target_id])
         chunk = self.text.take_new(final=done)
         if chunk:
             yield self._piece(chunk)
+        return done
 
-        # the draft reads its prompt before the first round that drafts (not inside it: a round
-        # that paid the read would look like drafting that loses time), and never when the batch
-        # keeps drafting off for the whole request
-        draft_started = False
-        self.policy.reset(confidence_stopping=self.drafter.stops_by_confidence)
-        last_target_id = first_target_id
-        empty_rounds = 0
-        while not done:
-            # the target adds one token of its own after the proposal
-            room = self.request.max_new_tokens - len(self.generated) - 1
-            length = wanted = self.policy.next_length()
-            if self.draft_cap is not None and self.draft_cap < wanted and not self.drafter_off:
-                length = self.draft_cap
-                stats.draft_capped_rounds += 1
-                stats.batch_draft_note = self.draft_cap_reason
-            if (length > 0 or self.drafter.offers_free_proposals) and not draft_started and not self.drafter_off:
-                draft_started = True
-                t0 = time.perf_counter()
-                draft_request = self.request.draft_request or DraftRequest(list(self.request.target_prompt_ids))
-                self._drafter_call("start", self.drafter.start, draft_request)
-                self._drafter_call("commit", self.drafter.commit, list(self.generated))
-                stats.time_drafting_s += time.perf_counter() - t0
-            if not self.drafter_off:
-                stats.draft_length_sum += length
-                stats.draft_rounds += length > 0
-            budget = DraftBudget(length, room, self.policy.stop_confidence())
+    def _round(self) -> Generator[Step, Optional[torch.Tensor], bool]:
+        """One round: the budget (the policy's length, the batch's cap), the proposal, the target's
+        forward over [last committed token, *proposal], the verifier's choice, the commit; then the
+        drafter and the policy learn from it. Returns whether the request is done."""
+        budget = self._budget()
+        t0 = time.perf_counter()
+        proposal, budget = yield from self._round_proposal(budget)
+        constraint = self.request.constraint
+        if constraint is not None and len(proposal):
+            # a token the grammar rejects can never be the target's: the proposal ends before it
+            proposal = proposal.truncated(constraint.allowed_prefix(proposal.target_ids))
+        t1 = time.perf_counter()
+        self.stats.time_translating_s += proposal.translate_seconds
+        self.stats.time_drafting_s += (t1 - t0) - proposal.translate_seconds
+        outcome, raw_scores, verify_s = yield from self._verify(proposal, budget)
+        new_target_ids = list(proposal.target_ids[: outcome.n_accepted]) + [outcome.next_target_id]
+        self._record_logprobs(raw_scores, new_target_ids)
+        if constraint is not None:
+            constraint.commit(new_target_ids)
+        self._count_round(proposal, outcome)
+        self.acceptance.observe_counts(outcome.n_accepted, len(proposal))
+        done = self._commit(new_target_ids)
+        chunk = self.text.take_new(final=done)
+        if chunk:
+            yield self._piece(chunk)
+        if not done:
+            self._last_target_id = outcome.next_target_id
+            self._learn(budget, proposal, outcome, new_target_ids, t1 - t0, verify_s)
+        return done
+
+    def _budget(self) -> DraftBudget:
+        """This round's draft budget; starts the drafter before the first round that may propose (its
+        prompt read then is not one round's drafting cost: a round that paid it would look like drafting
+        that loses time; a request the batch keeps from drafting never reads it)."""
+        stats = self.stats
+        room = self.request.max_new_tokens - len(self.generated) - 1  # the target adds one token of its own
+        length = wanted = self.policy.next_length()
+        if self.draft_cap is not None and self.draft_cap < wanted and not self.drafter_off:
+            length = self.draft_cap
+            stats.draft_capped_rounds += 1
+            stats.batch_draft_note = self.draft_cap_reason
+        if (length > 0 or self.drafter.offers_free_proposals) and not self._draft_started and not self.drafter_off:
+            self._draft_started = True
             t0 = time.perf_counter()
-            proposal, budget = yield from self._round_proposal(budget)
-            if constraint is not None and len(proposal):
-                # a token the grammar rejects can never be the target's: the proposal ends before it
-                proposal = proposal.truncated(constraint.allowed_prefix(proposal.target_ids))
-            t1 = time.perf_counter()
-            stats.time_translating_s += proposal.translate_seconds
-            stats.time_drafting_s += (t1 - t0) - proposal.translate_seconds
+            draft_request = self.request.draft_request or DraftRequest(list(self.request.target_prompt_ids))
+            self._drafter_call("start", self.drafter.start, draft_request)
+            self._drafter_call("commit", self.drafter.commit, list(self.generated))
+            stats.time_drafting_s += time.perf_counter() - t0
+        if not self.drafter_off:
+            stats.draft_length_sum += length
+            stats.draft_rounds += length > 0
+        return DraftBudget(length, room, self.policy.stop_confidence())
 
-            cached = self.target.cached_length
-            call = TargetCall([last_target_id, *proposal.target_ids], all_logits=True)
-            t_call = time.perf_counter()
-            scores = yield call
-            # what the call cost this request: its own time alone, its share of a shared call
-            outside = call.charged_seconds - (time.perf_counter() - t_call)
-            scores = self._mask_padding(scores)
-            raw_scores = scores.clone() if constraint is not None and self.logprobs is not None else scores
-            if constraint is not None:
-                constraint.mask_rows(scores, proposal.target_ids)
-            outcome = self.verifier.verify(scores, proposal)
-            self.target.crop(cached + 1 + outcome.n_accepted)
-            t2 = time.perf_counter() + outside
-            stats.time_verifying_s += t2 - t1
-            self.verify_passes.append((1 + len(proposal), t2 - t1))
-            stats.batch_size_sum += call.batch_size
-            stats.rows_sum += call.rows or len(call.ids)
-            stats.batch_size_max = max(stats.batch_size_max, call.batch_size)
-            if call.batch_size > 1 and budget.max_draft_steps == 0 and not isinstance(self.drafter, NoDrafter):
-                stats.undrafted_shared_rounds += 1
+    def _verify(self, proposal: Proposal, budget: DraftBudget
+                ) -> Generator[Step, Optional[torch.Tensor], tuple[VerifyOutcome, torch.Tensor, float]]:
+        """The target's forward over [last committed token, *proposal] and the verifier's choice; the
+        target's cache cropped to what was kept. Returns the outcome, the rows as the target scored
+        them (for log-probabilities) and the seconds it cost this request."""
+        stats, constraint = self.stats, self.request.constraint
+        t1 = time.perf_counter()
+        cached = self.target.cached_length
+        call = TargetCall([self._last_target_id, *proposal.target_ids], all_logits=True)
+        scores = yield call
+        # what the call cost this request: its own time alone, its share of a shared call
+        outside = call.charged_seconds - (time.perf_counter() - t1)
+        scores = self._mask_padding(scores)
+        raw_scores = scores.clone() if constraint is not None and self.logprobs is not None else scores
+        if constraint is not None:
+            constraint.mask_rows(scores, proposal.target_ids)
+        outcome = self.verifier.verify(scores, proposal)
+        self.target.crop(cached + 1 + outcome.n_accepted)
+        verify_s = time.perf_counter() + outside - t1
+        stats.time_verifying_s += verify_s
+        self.verify_passes.append((1 + len(proposal), verify_s))
+        stats.batch_size_sum += call.batch_size
+        stats.rows_sum += call.rows or len(call.ids)
+        stats.batch_size_max = max(stats.batch_size_max, call.batch_size)
+        if call.batch_size > 1 and budget.max_draft_steps == 0 and not self.drafter_off:
+            stats.undrafted_shared_rounds += 1
+        return outcome, raw_scores, verify_s
 
-            new_target_ids = list(proposal.target_ids[: outcome.n_accepted]) + [outcome.next_target_id]
-            self._record_logprobs(raw_scores, new_target_ids)
-            if constraint is not None:
-                constraint.commit(new_target_ids)
-            self._count_round(proposal, outcome)
-            self.acceptance.observe_counts(outcome.n_accepted, len(proposal))
-            done = self._commit(new_target_ids)
-            chunk = self.text.take_new(final=done)
-            if chunk:
-                yield self._piece(chunk)
-            if done:
-                break
-            last_target_id = outcome.next_target_id
-
-            if draft_started:  # a drafter not started yet gets everything generated when it starts
-                t3 = time.perf_counter()
-                self._drafter_call("commit", self.drafter.commit, new_target_ids)
-                stats.time_drafting_s += time.perf_counter() - t3
-            self.policy.update(RoundFeedback.of_round(budget, proposal, outcome, t1 - t0, t2 - t1))
-            # an empty proposal is a normal answer from a drafter that stops when unsure
-            nothing_usable = not len(proposal) and budget.max_draft_steps > 0 and not self.drafter.stops_by_confidence
-            empty_rounds = empty_rounds + 1 if nothing_usable else 0
-            if empty_rounds >= MAX_EMPTY_ROUNDS and not isinstance(self.drafter, NoDrafter):
-                self._disable_drafter(f"the drafter proposed nothing usable in {MAX_EMPTY_ROUNDS} consecutive rounds")
-
-        self.text.finish()
-        tail = self.text.take_new(final=True)
-        if tail:
-            yield self._piece(tail)
-        stats.new_tokens = len(self.generated)
-        stats.total_time_s = time.perf_counter() - started
-        logprobs = self.logprobs[:len(self.generated)] if self.logprobs is not None else None
-        self.result = GenerationResult(self.text.text, list(self.generated), stats, self.finish_reason, logprobs)
+    def _learn(self, budget: DraftBudget, proposal: Proposal, outcome: VerifyOutcome, new_target_ids: list[int],
+               draft_s: float, verify_s: float) -> None:
+        """After a round that did not end the request: the drafter learns what was committed, the policy
+        the round's feedback; a drafter that keeps proposing nothing usable is disabled."""
+        if self._draft_started:  # a drafter not started yet gets everything generated when it starts
+            t0 = time.perf_counter()
+            self._drafter_call("commit", self.drafter.commit, new_target_ids)
+            self.stats.time_drafting_s += time.perf_counter() - t0
+        self.policy.update(RoundFeedback.of_round(budget, proposal, outcome, draft_s, verify_s))
+        # an empty proposal is a normal answer from a drafter that stops when unsure
+        nothing_usable = not len(proposal) and budget.max_draft_steps > 0 and not self.drafter.stops_by_confidence
+        self._empty_rounds = self._empty_rounds + 1 if nothing_usable else 0
+        if self._empty_rounds >= MAX_EMPTY_ROUNDS and not self.drafter_off:
+            self._disable_drafter(f"the drafter proposed nothing usable in {MAX_EMPTY_ROUNDS} consecutive rounds")

@@ -3,7 +3,10 @@ strings, and streaming chunks that never show half a character or half a stop st
 from __future__ import annotations
 
 import codecs
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Generator, Iterator, Optional, Sequence
+
+if TYPE_CHECKING:
+    from anypair.types import GenerationResult
 
 
 class TextAssembler:
@@ -43,3 +46,25 @@ class TextAssembler:
         chunk = self._text[self._emitted:end]
         self._emitted = end
         return chunk
+
+
+class TextStream(Iterator[str]):
+    """`AnyPairGenerator.stream`'s text, piece by piece as it is verified; `result` is the request's
+    `GenerationResult` once the stream is exhausted (None before). `close()` ends it early."""
+
+    def __init__(self, pieces: Generator[str, None, "GenerationResult"]) -> None:
+        self._pieces = pieces
+        self.result: Optional[GenerationResult] = None
+
+    def __iter__(self) -> TextStream:
+        return self
+
+    def __next__(self) -> str:
+        try:
+            return next(self._pieces)
+        except StopIteration as done:
+            self.result = done.value
+            raise StopIteration from None
+
+    def close(self) -> None:
+        self._pieces.close()
