@@ -405,6 +405,10 @@ def build_parser() -> argparse.ArgumentParser:
     seed.add_argument("--target-shape", metavar="NAME",
                       help="a seed shape (`anypair seed-gguf --list`): write or reuse its file, then measure load time, "
                            "peak RSS, k-token steps at --verify-contexts (default 300,4000) and prefill on both engines")
+    seed.add_argument("--replay", action="store_true",
+                      help="with --target-shape: the real default pair's rounds on --n HumanEval prompts (or "
+                           "--prompts), recorded, then replayed on that file (same rows, same contexts), beside "
+                           "the seed target alone and llama.cpp alone on it: acceptance borrowed, every cost measured")
     seed.add_argument("--ks", default="1-16", help="the ks timed (default 1-16; e.g. 1,2,4,8,16)")
     seed.add_argument("--step-repeats", type=int, default=5, help="timed calls per k and context (median; default 5)")
     seed.add_argument("--load-repeats", type=int, default=2, help="loads per engine, each in a child process (default 2)")

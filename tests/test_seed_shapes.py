@@ -236,6 +236,28 @@ def test_bench_target_shape_measures_both_engines_and_plots(small_files, tmp_pat
     assert seed_bench.parse_ks("1-3,8") == [1, 2, 3, 8]
 
 
+def test_the_pairs_rounds_are_recorded_and_replayed_with_the_same_rows_and_contexts(small_files, tmp_path):
+    """`--target-shape NAME --replay` on a small file: the rounds of a real pair (here the test pair,
+    Qwen2.5-Coder-0.5B + SmolLM2) are recorded, then the small seed target runs the same forwards."""
+    from anypair.benchmarking import replay as rp
+    from anypair.zoo import seed_writer
+
+    recorded = rp.record(["def fibonacci(n):"], 12, threads=2, progress=False,
+                         target="Qwen/Qwen2.5-Coder-0.5B-Instruct", draft="HuggingFaceTB/SmolLM2-135M-Instruct")
+    prompt = recorded[0]
+    assert prompt.rounds and all(rows >= 1 and 0 <= accepted < rows for rows, accepted in prompt.rounds)
+    # every token after the first comes from a round: its accepted tokens and the target's own
+    assert sum(accepted + 1 for _, accepted in prompt.rounds) >= prompt.new_tokens - 1
+    assert prompt.contexts[0] == prompt.prompt_tokens and prompt.draft_s > 0 and prompt.real_speedup > 0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(seed_writer, "seed_gguf", lambda s, progress=True: small_files["codellama-13b"])
+        result = rp.replay(SMALL["codellama-13b"], [], recorded=recorded, progress=False)
+    row = result["rows"][0]
+    assert row["rounds"] == len(prompt.rounds) and row["anypair_ms_per_token"] > 0 and row["target_ms_per_token"] > 0
+    assert 0 < row["draft_share"] < 1 and "meaningless" in result["what"]
+    assert "| 0 |" in rp.format_replay(result)
+
+
 def test_a_bench_that_cannot_fit_in_memory_is_refused_before_anything_loads(monkeypatch):
     from anypair import machine
     from anypair.benchmarking.seed_bench import memory_needed, run_seed_bench

@@ -276,6 +276,8 @@ def run_target_shape_cmd(args, contexts: Optional[Sequence[int]]) -> int:
     from anypair.zoo.seed_shapes import resolve_shape
 
     resolve_shape(args.target_shape)  # an unknown name: one line, before anything loads
+    if args.replay:
+        return _run_replay_cmd(args)
     if args.step_repeats < 1 or args.load_repeats < 1 or args.prefill_tokens < 0:
         raise InputError("--step-repeats and --load-repeats must be at least 1 and --prefill-tokens at least 0")
     result = run_seed_bench(args.target_shape, contexts=contexts or (300, 4000), ks=parse_ks(args.ks),
@@ -288,4 +290,22 @@ def run_target_shape_cmd(args, contexts: Optional[Sequence[int]]) -> int:
         print(f"saved {args.json}")
     if args.plot:
         print(f"saved {save_plot(result, Path(args.plot))}")
+    return 0
+
+
+def _run_replay_cmd(args) -> int:
+    """`--target-shape NAME --replay`: the default pair's rounds replayed at that size (benchmarking.replay)."""
+    from anypair.benchmarking.prompts import humaneval_prompts, prompts_from_file
+    from anypair.benchmarking.replay import format_replay, replay
+    from anypair.errors import InputError
+
+    if args.n < 1:
+        raise InputError(f"--n must be at least 1, got {args.n}")
+    prompts = prompts_from_file(args.prompts, args.n) if args.prompts else humaneval_prompts(args.n)
+    result = replay(args.target_shape, prompts, max_new_tokens=args.max_new_tokens or 128, threads=args.threads or 2)
+    print(format_replay(result))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+        print(f"saved {args.json}")
     return 0

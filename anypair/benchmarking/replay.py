@@ -1,0 +1,260 @@
+"""`anypair bench --target-shape NAME --replay`: the round replayed at a seed target's size.
+
+No real 9-14B weights can be had here, so acceptance at that size cannot be measured; what a round
+costs there can. This is a simulation with one borrowed input, the acceptance:
+
+1. *Recorded*: the real default pair (Qwen2.5-Coder-1.5B with SmolLM2-135M, the gguf engine, the
+   shipped policy) decodes each prompt; every round's rows (the last committed token plus the
+   proposal) and accepted tokens are recorded, with the draft side's real seconds (the draft's prompt
+   read, its steps, the translation).
+2. *Replayed*: the seed-shaped target (random weights with the real model's shapes and types,
+   `zoo.seed_shapes`) reads a prompt of the same length, then runs the same rounds: a forward of the
+   same number of rows at the same context, its cache cropped to what that round kept, each forward
+   timed. anypair's replayed decode time is those forwards plus the recorded draft seconds.
+3. *Baselines on the same file*: the seed target alone on the gguf engine (its single-row step,
+   timed after the same prompt) and llama.cpp alone (its single-row step on the same file, after a
+   prompt of the same length), each times the tokens written after the first.
+
+Every cost is measured on this machine; only the acceptance is borrowed from the 1.5B target. The
+prompt read is the same for anypair and its target alone (one engine), so the figures are decode
+figures: milliseconds per token after the first (`anypair bench --target-shape` measures the prefill
+against llama.cpp apart). The weights are random: no text of the seed target is produced or checked.
+"""
+from __future__ import annotations
+
+import gc
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Optional, Sequence
+
+from anypair.policies.base import DraftLengthPolicy
+from anypair.types import RoundFeedback
+
+#: single-row steps timed for each baseline (their median is the step)
+BASELINE_STEPS = 5
+
+
+@dataclass
+class RecordedPrompt:
+    """One prompt as the real pair decoded it."""
+
+    prompt_tokens: int
+    new_tokens: int
+    rounds: list[tuple[int, int]] = field(default_factory=list)  # (rows scored, proposed tokens accepted)
+    draft_s: float = 0.0  # the draft side's real seconds: prompt read, steps, commits, translation
+    real_speedup: float = 0.0  # the real pair's decode speedup over its own target alone (same machine)
+
+    @property
+    def contexts(self) -> list[int]:
+        """The cached length before each round: the prompt (the first token is the first round's first
+        row), then what each round kept."""
+        done, out = self.prompt_tokens, []
+        for _, accepted in self.rounds:
+            out.append(done)
+            done += accepted + 1
+        return out
+
+
+class _Recorder(DraftLengthPolicy):
+    """The shipped policy, with each round's feedback kept (the last round of a request has none:
+    `record` completes it from the request's totals)."""
+
+    name = "adaptive (recorded)"
+
+    def __init__(self, inner: DraftLengthPolicy) -> None:
+        self.inner = inner
+        self.log: list[RoundFeedback] = []
+
+    def next_length(self) -> int:
+        return self.inner.next_length()
+
+    def stop_confidence(self) -> float:
+        return self.inner.stop_confidence()
+
+    def remember(self, memory) -> None:
+        self.inner.remember(memory)
+
+    def reset(self, confidence_stopping: bool = False) -> None:
+        self.log = []
+        self.inner.reset(confidence_stopping)
+
+    def update(self, feedback: RoundFeedback) -> None:
+        self.log.append(feedback)
+        self.inner.update(feedback)
+
+
+def record(prompts: Sequence[str], max_new_tokens: int, threads: int, progress: bool = True,
+           target: Optional[str] = None, draft: Optional[str] = None) -> list[RecordedPrompt]:
+    """Each prompt through the real pair (default: the default pair), and its target alone for the
+    real speedup."""
+    from anypair.generation.generator import AnyPairGenerator
+    from anypair.policies import make_policy
+    from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+
+    recorder = _Recorder(make_policy("adaptive"))
+    gen = AnyPairGenerator(target or DEFAULT_TARGET, draft or DEFAULT_DRAFT, draft_length=recorder, threads=threads)
+    gen.generate(prompts[0], max_new_tokens=8)  # warm-up: allocations and kernel choices
+    recorded = []
+    for i, prompt in enumerate(prompts):
+        alone = gen.generate(prompt, max_new_tokens=max_new_tokens, assisted=False).stats
+        stats = gen.generate(prompt, max_new_tokens=max_new_tokens).stats
+        rounds = [(1 + f.proposed, f.accepted) for f in recorder.log]
+        # the last round reports no feedback: its counts are what the totals leave
+        last_proposed = stats.draft_tokens_proposed - sum(f.proposed for f in recorder.log)
+        last_accepted = stats.draft_tokens_accepted - sum(f.accepted for f in recorder.log)
+        if stats.rounds > len(rounds):
+            rounds.append((1 + last_proposed, last_accepted))
+        speedup = _decode_s(alone) / _decode_s(stats) * (stats.new_tokens - 1) / max(alone.new_tokens - 1, 1)
+        recorded.append(RecordedPrompt(stats.prompt_tokens, stats.new_tokens, rounds,
+                                       stats.time_drafting_s + stats.time_translating_s, speedup))
+        if progress:
+            print(f"  recorded prompt {i}: {stats.prompt_tokens} + {stats.new_tokens} tokens in {len(rounds)} rounds, "
+                  f"real decode speedup {speedup:.2f}x", file=sys.stderr, flush=True)
+    del gen
+    gc.collect()
+    return recorded
+
+
+def _decode_s(stats) -> float:
+    return max(stats.total_time_s - stats.time_to_first_token_s, 1e-9)
+
+
+def _timed(backend, ids: Sequence[int]) -> float:
+    t0 = time.perf_counter()
+    backend.extend(list(ids), all_logits=True)
+    return time.perf_counter() - t0
+
+
+def replay_on(backend, prompt: RecordedPrompt, ids: Sequence[int]) -> dict:
+    """The prompt's rounds on the seed target (after an untimed read of a prompt of its length), then
+    its single-row step: seconds."""
+    backend.reset()
+    backend.prefill(list(ids[: prompt.prompt_tokens]))
+    verify_s = 0.0
+    for (rows, accepted), context in zip(prompt.rounds, prompt.contexts):
+        verify_s += _timed(backend, ids[context: context + rows])
+        backend.crop(context + accepted + 1)
+    steps = []
+    for _ in range(BASELINE_STEPS):
+        steps.append(_timed(backend, ids[:1]))
+        backend.crop(backend.cached_length - 1)
+    return {"verify_s": verify_s, "step_s": statistics.median(steps)}
+
+
+def llama_cpp_step(path, context: int, threads: int, ids: Sequence[int]) -> float:
+    """llama.cpp's single-row step on the same file after a prompt of `context` tokens: seconds."""
+    from anypair.backends.llama_cpp import LlamaCppBackend
+
+    backend = LlamaCppBackend(path, name="llama.cpp", threads=threads, context=context + 64)
+    backend.prefill(list(ids[:context]))
+    steps = []
+    for _ in range(BASELINE_STEPS):
+        steps.append(_timed(backend, ids[:1]))
+        backend.crop(backend.cached_length - 1)
+    del backend
+    gc.collect()
+    return statistics.median(steps)
+
+
+@dataclass
+class ReplayRow:
+    prompt: int
+    prompt_tokens: int
+    new_tokens: int
+    rounds: int
+    anypair_ms_per_token: float
+    target_ms_per_token: float
+    llama_cpp_ms_per_token: Optional[float]
+    draft_share: float
+    real_speedup_at_1_5b: float
+
+    @property
+    def vs_target(self) -> float:
+        return self.target_ms_per_token / self.anypair_ms_per_token
+
+
+def replay(shape, prompts: Sequence[str], *, max_new_tokens: int = 128, threads: int = 2,
+           progress: bool = True, recorded: Optional[list[RecordedPrompt]] = None) -> dict:
+    """Record (unless given), then replay on the seed-shaped file of `shape` (a SeedShape or its name)."""
+    import numpy as np
+    import torch
+
+    from anypair.backends.llama_cpp_guard import probe_failure
+    from anypair.backends.quantized_gguf import QuantizedGGUFBackend
+    from anypair.machine import describe_machine
+    from anypair.zoo.seed_shapes import resolve_shape
+    from anypair.zoo.seed_writer import seed_gguf
+
+    say = (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda text: None)
+    torch.set_num_threads(threads)
+    shape = resolve_shape(shape) if isinstance(shape, str) else shape
+    if recorded is None:
+        say(f"recording {len(prompts)} prompts on the real default pair")
+        recorded = record(prompts, max_new_tokens, threads, progress)
+    path = seed_gguf(shape, progress=progress)
+    longest = max(p.prompt_tokens + p.new_tokens for p in recorded) + 64
+    ids = [int(i) for i in np.random.default_rng(0).integers(0, shape.vocab, size=longest)]
+    say(f"replaying on {path.name} (the gguf engine; random weights, real costs)")
+    target = QuantizedGGUFBackend(path, name=shape.name, threads=threads, context=longest)
+    replayed = []
+    for i, prompt in enumerate(recorded):
+        replayed.append(replay_on(target, prompt, ids))
+        say(f"  prompt {i}: {len(prompt.rounds)} rounds, verification {replayed[-1]['verify_s']:.1f} s, "
+            f"a single step {1000 * replayed[-1]['step_s']:.0f} ms")
+    del target
+    gc.collect()
+    llama_steps: dict[int, float] = {}
+    failure = probe_failure(path, threads)
+    if failure is None:
+        for context in sorted({p.prompt_tokens for p in recorded}):
+            llama_steps[context] = llama_cpp_step(path, context, threads, ids)
+            say(f"  llama.cpp alone after {context} tokens: {1000 * llama_steps[context]:.0f} ms a step")
+    else:
+        say(f"llama.cpp alone is left out: {failure}")
+    rows = []
+    for i, (prompt, done) in enumerate(zip(recorded, replayed)):
+        after_first = prompt.new_tokens - 1
+        anypair_s = done["verify_s"] + prompt.draft_s
+        llama = llama_steps.get(prompt.prompt_tokens)
+        rows.append(ReplayRow(i, prompt.prompt_tokens, prompt.new_tokens, len(prompt.rounds),
+                              1000 * anypair_s / after_first, 1000 * done["step_s"],
+                              1000 * llama if llama is not None else None,
+                              prompt.draft_s / anypair_s, prompt.real_speedup))
+    return {"what": f"the default pair's rounds replayed at {shape.name}'s size: random weights with its exact "
+                    "shapes (text meaningless), every cost measured here, the acceptance borrowed from the real "
+                    "1.5B target", "shape": shape.name, "file": str(path), "machine": describe_machine(),
+            "threads": threads, "max_new_tokens": max_new_tokens, "rows": [asdict(r) for r in rows],
+            "summary": summarize(rows), "recorded": [asdict(p) for p in recorded]}
+
+
+def summarize(rows: Sequence[ReplayRow]) -> dict:
+    with_llama = [r for r in rows if r.llama_cpp_ms_per_token]
+    return {
+        "median_vs_target": statistics.median(r.vs_target for r in rows),
+        "median_vs_llama_cpp": (statistics.median(r.llama_cpp_ms_per_token / r.anypair_ms_per_token for r in with_llama)
+                                if with_llama else None),
+        "median_draft_share": statistics.median(r.draft_share for r in rows),
+        "median_real_speedup_at_1_5b": statistics.median(r.real_speedup_at_1_5b for r in rows),
+        "target_alone_vs_llama_cpp": (statistics.median(r.llama_cpp_ms_per_token / r.target_ms_per_token
+                                                        for r in with_llama) if with_llama else None),
+    }
+
+
+def format_replay(result: dict) -> str:
+    lines = [result["what"], f"machine: {result['machine']}", "",
+             "| prompt | prompt tokens | rounds | anypair ms/token | target alone | llama.cpp alone | vs target | "
+             "draft share | real pair at 1.5B |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        llama = f"{r['llama_cpp_ms_per_token']:.0f}" if r["llama_cpp_ms_per_token"] else "-"
+        lines.append(f"| {r['prompt']} | {r['prompt_tokens']} | {r['rounds']} | {r['anypair_ms_per_token']:.0f} | "
+                     f"{r['target_ms_per_token']:.0f} | {llama} | "
+                     f"{r['target_ms_per_token'] / r['anypair_ms_per_token']:.2f}x | {100 * r['draft_share']:.0f}% | "
+                     f"{r['real_speedup_at_1_5b']:.2f}x |")
+    s = result["summary"]
+    vs_llama = f"{s['median_vs_llama_cpp']:.2f}x" if s["median_vs_llama_cpp"] else "-"
+    lines += ["", f"medians: anypair {s['median_vs_target']:.2f}x the seed target alone, {vs_llama} llama.cpp alone "
+                  f"(decode); draft share {100 * s['median_draft_share']:.0f}%; the same rounds at 1.5B (real): "
+                  f"{s['median_real_speedup_at_1_5b']:.2f}x"]
+    return "\n".join(lines)
