@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+from typing import Optional
 
 
 def cpu_flags() -> frozenset[str]:
@@ -18,27 +19,25 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
-def cpu_vendor() -> str:
-    """/proc/cpuinfo's vendor_id ("GenuineIntel", "AuthenticAMD"), or "" where there is none."""
+def _cpuinfo_field(name: str) -> Optional[str]:
+    """The first value of `name` in /proc/cpuinfo, or None where there is none."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("vendor_id"):
+                if line.startswith(name):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return ""
+    return None
+
+
+def cpu_vendor() -> str:
+    """/proc/cpuinfo's vendor_id ("GenuineIntel", "AuthenticAMD"), or "" where there is none."""
+    return _cpuinfo_field("vendor_id") or ""
 
 
 def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
+    return _cpuinfo_field("model name") or platform.processor() or platform.machine() or "unknown"
 
 
 def machine_description() -> dict[str, str]:
