@@ -19,9 +19,11 @@ alone: what a request runs when the ledger keeps the draft model off (`policies.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Optional, Sequence
+from typing import Generator, Optional, Sequence
 
-from anypair.drafters.base import DraftRequest, Drafter
+import torch
+
+from anypair.drafters.base import DraftCall, DraftRequest, Drafter
 from anypair.drafters.lookup import PromptLookupDrafter
 from anypair.drafters.model import ModelDrafter
 from anypair.policies.acceptance import AcceptanceEstimate
@@ -90,6 +92,14 @@ class HybridDrafter(Drafter):
         if len(proposal) or self.model_drafter is None:
             return proposal
         return self.model_drafter.propose(budget)
+
+    def propose_steps(self, budget: DraftBudget) -> Generator[DraftCall, torch.Tensor, Proposal]:
+        """`propose`, the model's forwards yielded for the batch scheduler to run (beside the other
+        requests' draft steps, measured and planned like them)."""
+        proposal = self.free_proposal(budget)
+        if len(proposal) or self.model_drafter is None:
+            return proposal
+        return (yield from self.model_drafter.propose_steps(budget))
 
     def commit(self, new_target_ids: Sequence[int]) -> None:
         if self._lookup_proposed:
