@@ -416,3 +416,46 @@ def test_a_drafter_without_confidence_stopping_gets_no_stop_advice():
     drafter = ScriptedDrafter(right())
     run(drafter, policy=make_policy("adaptive"))
     assert drafter.budgets and all(budget.stop_confidence == 0.0 for budget in drafter.budgets)
+
+
+class FreeProposals(ScriptedDrafter):
+    """Offers the script's tokens as free proposals (no draft step, like a prompt-lookup match) every
+    third round, and its model proposals otherwise."""
+
+    @property
+    def offers_free_proposals(self) -> bool:
+        return True
+
+    def free_proposal(self, budget: DraftBudget) -> Proposal:
+        self._called("free_proposal")
+        if self.calls["free_proposal"] % 3:
+            return Proposal([], source="lookup")
+        return Proposal(self.script(self.context, DraftBudget(6, budget.max_target_tokens)), source="lookup")
+
+
+def test_free_proposals_are_verified_even_in_rounds_the_policy_keeps_from_drafting():
+    """A paused policy (length 0) still lets a free proposal through: on HumanEval/9 the hybrid's lookup
+    never proposed once the policy had paused, though the answer repeats a name four times. The
+    drafter starts for it, the model is never asked, the round reports no draft step, and the output
+    stays the target's own."""
+    drafter = FreeProposals(right())
+    feedback: list[RoundFeedback] = []
+
+    class Paused(ConstantLength):
+        def update(self, fb: RoundFeedback) -> None:
+            feedback.append(fb)
+
+    result, target = run(drafter, policy=Paused(0))
+    check_against_target_alone(result, target)
+    assert drafter.calls["start"] == 1 and drafter.calls["propose"] == 0
+    assert result.stats.proposals_by_source["lookup"] > 0
+    assert result.stats.accepted_by_source["lookup"] == result.stats.proposals_by_source["lookup"]
+    assert all(fb.draft_steps == 0 for fb in feedback)
+    assert result.stats.rounds < 40 - 1  # the free rounds wrote several tokens each
+
+
+def test_a_model_proposal_follows_when_no_free_one_is_offered():
+    drafter = FreeProposals(right())
+    result, target = run(drafter, policy=ConstantLength(3))
+    check_against_target_alone(result, target)
+    assert drafter.calls["propose"] > 0 and set(result.stats.proposals_by_source) == {"lookup", "scripted"}
