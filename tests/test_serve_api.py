@@ -14,6 +14,8 @@ and continuously batching.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from types import SimpleNamespace
 from typing import Iterator
@@ -85,7 +87,7 @@ class OnePieceSession:
 
 
 class OnePieceGenerator:
-    """Answers every request with one piece of text, and records the arguments it was given."""
+    """Answers every request with one piece of text, and records the request it was given."""
 
     engines = "stand-in"
     target_backend = SimpleNamespace(max_context=1024)
@@ -99,8 +101,10 @@ class OnePieceGenerator:
     def batch_scheduler(self, max_batch: int):
         from anypair.generation.batch import BatchScheduler
 
-        def session(slot: int, arguments: dict):
-            self.arguments.append({k: v for k, v in arguments.items() if k != "prompt"})
+        def session(slot: int, request):
+            # the typed request's fields that differ from their defaults (the prompt aside)
+            self.arguments.append({f.name: getattr(request, f.name) for f in dataclasses.fields(request)
+                                   if f.name != "prompt" and getattr(request, f.name) != f.default})
             return OnePieceSession(), lambda finished: None
 
         # the sessions never ask for a forward: the engine is never called

@@ -67,7 +67,7 @@ class ScriptedGenerator:
     def batch_scheduler(self, max_batch: int):
         from anypair.generation.batch import BatchScheduler
 
-        def session(slot: int, arguments: dict):
+        def session(slot: int, request):
             self.requests += 1
             return ScriptedSession(list(self.script), self.finish_reason), lambda finished: None
 
