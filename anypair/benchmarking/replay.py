@@ -86,14 +86,16 @@ class _Recorder(DraftLengthPolicy):
 
 
 def record(prompts: Sequence[str], max_new_tokens: int, threads: int, progress: bool = True,
-           target: Optional[str] = None, draft: Optional[str] = None) -> list[RecordedPrompt]:
-    """Each prompt through the real pair (default: the default pair), and its target alone for the
-    real speedup."""
+           target: Optional[str] = None, draft: Optional[str] = None,
+           fixed_length: Optional[int] = None) -> list[RecordedPrompt]:
+    """Each prompt through the real pair (default: the default pair) with the shipped policy, or a
+    constant `fixed_length` draft steps a round (what a longer draft would have had accepted, for the
+    sweep at a size where drafting is cheap), and its target alone for the real speedup."""
     from anypair.generation.generator import AnyPairGenerator
     from anypair.policies import make_policy
     from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
-    recorder = _Recorder(make_policy("adaptive"))
+    recorder = _Recorder(make_policy("adaptive") if fixed_length is None else make_policy("constant", fixed_length))
     gen = AnyPairGenerator(target or DEFAULT_TARGET, draft or DEFAULT_DRAFT, draft_length=recorder, threads=threads)
     gen.generate(prompts[0], max_new_tokens=8)  # warm-up: allocations and kernel choices
     recorded = []
@@ -176,7 +178,8 @@ class ReplayRow:
 
 
 def replay(shape, prompts: Sequence[str], *, max_new_tokens: int = 128, threads: int = 2,
-           progress: bool = True, recorded: Optional[list[RecordedPrompt]] = None) -> dict:
+           progress: bool = True, recorded: Optional[list[RecordedPrompt]] = None,
+           fixed_length: Optional[int] = None) -> dict:
     """Record (unless given), then replay on the seed-shaped file of `shape` (a SeedShape or its name)."""
     import numpy as np
     import torch
@@ -191,8 +194,9 @@ def replay(shape, prompts: Sequence[str], *, max_new_tokens: int = 128, threads:
     torch.set_num_threads(threads)
     shape = resolve_shape(shape) if isinstance(shape, str) else shape
     if recorded is None:
-        say(f"recording {len(prompts)} prompts on the real default pair")
-        recorded = record(prompts, max_new_tokens, threads, progress)
+        how = "the shipped policy" if fixed_length is None else f"a constant {fixed_length}-step draft"
+        say(f"recording {len(prompts)} prompts on the real default pair, {how}")
+        recorded = record(prompts, max_new_tokens, threads, progress, fixed_length=fixed_length)
     path = seed_gguf(shape, progress=progress)
     longest = max(p.prompt_tokens + p.new_tokens for p in recorded) + 64
     ids = [int(i) for i in np.random.default_rng(0).integers(0, shape.vocab, size=longest)]
@@ -225,7 +229,8 @@ def replay(shape, prompts: Sequence[str], *, max_new_tokens: int = 128, threads:
     return {"what": f"the default pair's rounds replayed at {shape.name}'s size: random weights with its exact "
                     "shapes (text meaningless), every cost measured here, the acceptance borrowed from the real "
                     "1.5B target", "shape": shape.name, "file": str(path), "machine": describe_machine(),
-            "threads": threads, "max_new_tokens": max_new_tokens, "rows": [asdict(r) for r in rows],
+            "threads": threads, "max_new_tokens": max_new_tokens,
+            "draft_length": "policy" if fixed_length is None else fixed_length, "rows": [asdict(r) for r in rows],
             "summary": summarize(rows), "recorded": [asdict(p) for p in recorded]}
 
 
@@ -243,7 +248,7 @@ def summarize(rows: Sequence[ReplayRow]) -> dict:
 
 
 def format_replay(result: dict) -> str:
-    lines = [result["what"], f"machine: {result['machine']}", "",
+    lines = [result["what"], f"draft length: {result.get('draft_length', 'policy')}; machine: {result['machine']}", "",
              "| prompt | prompt tokens | rounds | anypair ms/token | target alone | llama.cpp alone | vs target | "
              "draft share | real pair at 1.5B |", "|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:

@@ -301,11 +301,23 @@ def _run_replay_cmd(args) -> int:
 
     if args.n < 1:
         raise InputError(f"--n must be at least 1, got {args.n}")
+    try:  # "policy": the shipped policy's rounds; a number: a constant draft of that many steps
+        lengths = [None if k.strip() == "policy" else int(k) for k in args.replay_lengths.split(",") if k.strip()]
+    except ValueError:
+        raise InputError(f"--replay-lengths takes 'policy' and/or draft lengths, e.g. policy,4,8; got "
+                         f"{args.replay_lengths!r}") from None
+    if not lengths or any(k is not None and k < 1 for k in lengths):
+        raise InputError(f"--replay-lengths: each fixed length must be at least 1, got {args.replay_lengths!r}")
     prompts = prompts_from_file(args.prompts, args.n) if args.prompts else humaneval_prompts(args.n)
-    result = replay(args.target_shape, prompts, max_new_tokens=args.max_new_tokens or 128, threads=args.threads or 2)
-    print(format_replay(result))
+    results = []
+    for length in lengths:
+        results.append(replay(args.target_shape, prompts, max_new_tokens=args.max_new_tokens or 128,
+                              threads=args.threads or 2, fixed_length=length))
+        print(format_replay(results[-1]), flush=True)
+        if args.json:  # after each length: a long run keeps what it measured
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            saved = results[0] if len(results) == 1 else {"runs": results}
+            Path(args.json).write_text(json.dumps(saved, indent=1) + "\n")
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
         print(f"saved {args.json}")
     return 0
