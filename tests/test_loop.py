@@ -13,12 +13,12 @@ import torch
 
 from anypair.backends.base import ModelBackend
 from anypair.drafters.base import DraftRequest, Drafter, NoDrafter
-from anypair.generation.batch import BatchScheduler, CollectingSink, run_rounds
 from anypair.generation.loop import MAX_EMPTY_ROUNDS, DecodeRequest, DecodeSession
 from anypair.policies import ConstantLength, DraftLengthPolicy, make_policy
 from anypair.tokenization.base import TableTokenizerAdapter
 from anypair.types import DraftBudget, GenerationResult, Proposal, RoundFeedback
 from anypair.verifiers.greedy import GreedyVerifier
+from run_session import run_alone  # noqa: E402  (tests/ is on the path: conftest.py lives there)
 
 LETTERS = 12  # ids 0..11 are the letters a..l
 EOS = 12
@@ -27,21 +27,6 @@ LM_HEAD_ROWS = 16  # ids 13..15: padded LM-head rows, not tokens
 PROMPT = [0, 1, 2]
 
 Rule = Callable[[Sequence[int]], int]
-
-
-def run_alone(session: DecodeSession):
-    """A session made by hand (not by a generator), run to its end as a batch of one on its own
-    target; its result."""
-    scheduler = BatchScheduler(session.target, 1, lambda slot, arguments: (session, lambda finished: None),
-                               slope=0.0)
-    sink = CollectingSink()
-    scheduler.submit(None, sink)  # the session is made already: the scheduler's request is not read
-    for _ in run_rounds(scheduler):
-        pass
-    if sink.error is not None:
-        raise sink.error
-    assert sink.result is not None
-    return sink.result
 
 
 class LetterTokenizer(TableTokenizerAdapter):

@@ -156,7 +156,7 @@ def sample_requests(gen, cfg: SamplingConfig, n: int, seed: int, assisted: bool 
     drafter and verifier. One drafter serves all requests (AnyPairGenerator builds one per
     request; its set-up is not what is tested and would dominate the time)."""
     from anypair.drafters.base import NoDrafter
-    from anypair.generation.batch import run_alone
+    from run_session import run_alone
     from anypair.generation.loop import DecodeRequest, DecodeSession
     from anypair.policies import make_policy
 

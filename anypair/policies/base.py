@@ -8,12 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from typing import TYPE_CHECKING
-
 from anypair.types import RoundFeedback
-
-if TYPE_CHECKING:
-    from anypair.policies.adaptive import PairMemory
 
 
 class DraftLengthPolicy(ABC):
@@ -31,8 +26,9 @@ class DraftLengthPolicy(ABC):
     def update(self, feedback: RoundFeedback) -> None:
         """Learn from the round just verified (called once after every round but the last)."""
 
-    def remember(self, memory: "PairMemory") -> None:
-        """Keep what a pair's requests learn across them in `memory` (the generator holds one per
+    def remember(self, memory: object) -> None:
+        """Keep what a pair's requests learn across them in `memory` (a `policies.adaptive.PairMemory`:
+        not imported here, which would close an import cycle; the generator holds one per
         drafter kind and decoding): a policy that measures costs or calibrates its draft reads and
         updates it instead of starting from its priors on every request. Default: nothing kept."""
 
