@@ -205,9 +205,8 @@ def _max_batch(gen, asked: Optional[int], kv_memory_mib: Optional[float] = None)
     DEFAULT_MAX_BATCH; 1 where the engines cannot batch. Where even those requests at the full context
     would not fit the budget, each request is held to the positions that do (`limit_positions`): a
     longer one gets a 400 naming the budget, never an out-of-memory kill mid-answer. Returns the batch
-    and a note for the start line. The generator's scheduler checks the batch when the server is made."""
-    if kv_memory_mib is not None and not kv_memory_mib > 0:
-        raise InputError(f"--kv-memory must be a positive number of MiB, got {kv_memory_mib}")
+    and a note for the start line. The generator's scheduler checks the batch when the server is made;
+    `run_serve` checks --kv-memory before the models load."""
     per_slot = gen.kv_bytes_per_slot()
     if kv_memory_mib is not None:
         budget = kv_memory_mib * 2**20

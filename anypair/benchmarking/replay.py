@@ -138,26 +138,32 @@ def replay_on(backend, prompt: RecordedPrompt, ids: Sequence[int]) -> dict:
     for (rows, accepted), context in zip(prompt.rounds, prompt.contexts):
         verify_s += _timed(backend, ids[context: context + rows])
         backend.crop(context + accepted + 1)
+    return {"verify_s": verify_s, "step_s": _single_step(backend, ids)}
+
+
+def _single_step(backend, ids: Sequence[int]) -> float:
+    """The median of BASELINE_STEPS single-row steps after what `backend` holds (each cropped away)."""
     steps = []
     for _ in range(BASELINE_STEPS):
         steps.append(_timed(backend, ids[:1]))
         backend.crop(backend.cached_length - 1)
-    return {"verify_s": verify_s, "step_s": statistics.median(steps)}
+    return statistics.median(steps)
 
 
-def llama_cpp_step(path, context: int, threads: int, ids: Sequence[int]) -> float:
-    """llama.cpp's single-row step on the same file after a prompt of `context` tokens: seconds."""
+def llama_cpp_steps(path, contexts: Sequence[int], threads: int, ids: Sequence[int]) -> dict[int, float]:
+    """llama.cpp's single-row step on the same file after a prompt of each of `contexts` tokens
+    (one load, the cache read afresh for each): seconds by context."""
     from anypair.backends.llama_cpp import LlamaCppBackend
 
-    backend = LlamaCppBackend(path, name="llama.cpp", threads=threads, context=context + 64)
-    backend.prefill(list(ids[:context]))
-    steps = []
-    for _ in range(BASELINE_STEPS):
-        steps.append(_timed(backend, ids[:1]))
-        backend.crop(backend.cached_length - 1)
+    backend = LlamaCppBackend(path, name="llama.cpp", threads=threads, context=max(contexts) + 64)
+    steps = {}
+    for context in contexts:
+        backend.reset()
+        backend.prefill(list(ids[:context]))
+        steps[context] = _single_step(backend, ids)
     del backend
     gc.collect()
-    return statistics.median(steps)
+    return steps
 
 
 @dataclass
@@ -212,9 +218,9 @@ def replay(shape, prompts: Sequence[str], *, max_new_tokens: int = 128, threads:
     llama_steps: dict[int, float] = {}
     failure = probe_failure(path, threads)
     if failure is None:
-        for context in sorted({p.prompt_tokens for p in recorded}):
-            llama_steps[context] = llama_cpp_step(path, context, threads, ids)
-            say(f"  llama.cpp alone after {context} tokens: {1000 * llama_steps[context]:.0f} ms a step")
+        llama_steps = llama_cpp_steps(path, sorted({p.prompt_tokens for p in recorded}), threads, ids)
+        for context, step in llama_steps.items():
+            say(f"  llama.cpp alone after {context} tokens: {1000 * step:.0f} ms a step")
     else:
         say(f"llama.cpp alone is left out: {failure}")
     rows = []

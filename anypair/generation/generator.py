@@ -292,9 +292,9 @@ class AnyPairGenerator:
                                     target_engine=target.engine.engine, draft_engine=draft.engine.engine)
 
     def forget_drafting_history(self) -> None:
-        """Forget what earlier requests measured of drafting (the ledger of `skip_losing_drafts`, the
-        pair's costs and calibration): the next request drafts as if it were the first. Benchmarks call it after their untimed warm-up, whose short
-        first request pays for allocations and would count as drafting that lost."""
+        """Forget what earlier requests measured of drafting (`skip_losing_drafts`' ledger, the pair's
+        costs and calibration). Benchmarks call it after their untimed warm-up, whose short first
+        request pays for allocations and would count as drafting that lost."""
         for ledger in self._ledgers.values():
             ledger.forget()
         self._memories.clear()
