@@ -176,7 +176,8 @@ def test_a_one_slot_engine_serves_its_one_sequence_through_the_slot_interface(to
 
     backend = torch_alone.target_backend
     assert (backend.max_slots, backend.slots, backend.kv_bytes_per_slot) == (1, 1, 0)
-    assert backend.sequence(0) is backend
+    slot = backend.sequence(0)  # a view: its length and crop are the engine's one sequence's
+    assert slot.engine is backend and slot.index == 0
     with pytest.raises(ValueError, match="slot 1 of 1"):
         backend.sequence(1)
     with pytest.raises(InputError, match="one sequence at a time"):
@@ -184,7 +185,7 @@ def test_a_one_slot_engine_serves_its_one_sequence_through_the_slot_interface(to
     prompt = PROMPTS[1]
     backend.reset()  # the generator is shared by the run's modules: whatever ran before is forgotten
     (rows,) = backend.forward_rows([SequenceRows(0, prompt[:8], "none")])
-    assert rows is None and backend.cached_length == 8
+    assert rows is None and backend.cached_length == 8 == slot.cached_length
     (rows,) = backend.forward_rows([SequenceRows(0, prompt[8:], "all")])
     backend.reset()  # the same calls through extend give the same bits (torch is not batch-invariant)
     backend.extend(prompt[:8])

@@ -7,21 +7,24 @@ One sequence (the request's KV cache):
     crop(length)  drop cached positions past `length` (rollback after a rejection)
     reset()       forget everything (new request)
 
-Slots (the batch scheduler, `generation.batch`, drives every request through these): an engine
-holds `slots` sequences; `sequence(slot)` is one of them as a backend of its own, and
-`forward_rows` scores the rows of several sequences (`SequenceRows`) in one forward. Every engine
-is at least a one-slot engine: these defaults give it one sequence (itself) and one call a forward.
-An engine that holds several (the GGUF engine) says so with `max_slots` and overrides them.
+Two declared types (the batch scheduler, `generation.batch`, drives every request through them):
 
-An engine needs only the three single-sequence members above (plus its shape and cost figures);
-everything about slots has a one-slot default, which is what lets an OpenVINO or IPEX backend slot
-in beside plain torch.
+- the engine (`ModelBackend`) owns the weights and the forwards: `forward_rows` scores the rows of
+  several sequences (`SequenceRows`) in one forward, each appended to its own slot;
+- a `Slot` (`engine.sequence(i)`) is one sequence the engine holds: it owns only its length and its
+  crop. A request's session and its draft hold slots, never engines; their forwards go to the
+  scheduler, which runs them on the slot's engine, several requests' in one call.
+
+Every engine is at least a one-slot engine: the slot members below (`slot_length`, `crop_slot`,
+`extend_slot`, `forward_rows`) default to the engine's single sequence. An engine that holds several
+(the GGUF engine) says so with `max_slots` and overrides them, which is what lets an OpenVINO or
+IPEX backend slot in beside plain torch with only the three single-sequence members.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Literal, Optional, Sequence
+from typing import Literal, Optional, Sequence, Union
 
 import torch
 
@@ -96,11 +99,26 @@ class ModelBackend(ABC):
                              "run one request at a time (max_batch 1), or use the gguf engine")
         self.reset()
 
-    def sequence(self, slot: int) -> ModelBackend:
-        """Slot `slot` as a backend of its own (extend/crop/reset on that sequence only); a one-slot
-        engine's one sequence is the engine itself."""
+    def sequence(self, slot: int) -> Slot:
+        """Slot `slot`: one sequence of this engine (its length and crop; its forwards are the engine's)."""
         self._check_slot(slot)
-        return self
+        return Slot(self, slot)
+
+    # a slot's state by index: a one-slot engine's one sequence is its own (engines of several override)
+    def slot_length(self, slot: int) -> int:
+        """Positions cached in slot `slot`."""
+        return self.cached_length
+
+    def crop_slot(self, slot: int, length: int) -> None:
+        """Keep the first `length` positions of slot `slot` (0: forget it)."""
+        if length == 0:
+            self.reset()
+        else:
+            self.crop(length)
+
+    def extend_slot(self, slot: int, ids: Sequence[int], all_logits: bool) -> torch.Tensor:
+        """A forward of slot `slot`'s rows alone (a long prompt chunked as the engine chunks it)."""
+        return self.extend(ids, all_logits=all_logits)
 
     def forward_rows(self, calls: Sequence[SequenceRows]) -> list[Optional[torch.Tensor]]:
         """One forward over the rows of several sequences (at most one call per slot), each appended
@@ -110,10 +128,48 @@ class ModelBackend(ABC):
             raise ValueError("forward_rows: one call per slot (a sequence's rows go together, in order)")
         outputs: list[Optional[torch.Tensor]] = []
         for call in calls:
-            logits = self.sequence(call.slot).extend(call.ids, all_logits=call.logits == "all")
+            self._check_slot(call.slot)
+            logits = self.extend_slot(call.slot, call.ids, call.logits == "all")
             outputs.append(None if call.logits == "none" else logits)
         return outputs
 
     def _check_slot(self, slot: int) -> None:
         if not 0 <= slot < self.slots:
             raise ValueError(f"{self.name}: slot {slot} of {self.slots}")
+
+
+class Slot:
+    """One sequence an engine holds (`ModelBackend.sequence`): its cached length and its crop. On a
+    request's path it runs no forward of its own: the scheduler runs its rows on `engine`
+    (`forward_rows`) beside other slots'. `extend` and `prefill` (a forward of this slot alone) are
+    for benchmarks, tools and tests."""
+
+    def __init__(self, engine: ModelBackend, index: int) -> None:
+        self.engine = engine
+        self.index = index
+        self.vocab_size = engine.vocab_size
+        self.max_context = engine.max_context
+        self.name = engine.name if engine.max_slots == 1 else f"{engine.name} slot {index}"
+
+    @property
+    def cached_length(self) -> int:
+        return self.engine.slot_length(self.index)
+
+    def crop(self, length: int) -> None:
+        self.engine.crop_slot(self.index, length)
+
+    def reset(self) -> None:
+        self.engine.crop_slot(self.index, 0)
+
+    def extend(self, ids: Sequence[int], all_logits: bool = False) -> torch.Tensor:
+        return self.engine.extend_slot(self.index, ids, all_logits)
+
+    def prefill(self, ids: Sequence[int]) -> torch.Tensor:
+        """Reset, then read a whole prompt; the last position's logits [V]."""
+        self.reset()
+        return self.extend(ids)
+
+
+def slot_of(sequence: Union[ModelBackend, Slot]) -> Slot:
+    """A slot as given, or a one-slot engine's one slot (a session or drafter made by hand on an engine)."""
+    return sequence if isinstance(sequence, Slot) else sequence.sequence(0)

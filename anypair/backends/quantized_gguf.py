@@ -352,7 +352,7 @@ class QuantizedGGUFBackend(ModelBackend):
         self._lengths[0] = 0
 
     def crop(self, length: int) -> None:
-        self._crop(0, length)
+        self.crop_slot(0, length)
 
     def extend(self, ids: Sequence[int], all_logits: bool = False) -> torch.Tensor:
         return self._extend(0, ids, all_logits)
@@ -387,15 +387,16 @@ class QuantizedGGUFBackend(ModelBackend):
         shape = self.shape
         return 2 * 2 * shape.layers * shape.kv_heads * self.max_context * shape.head_dim
 
-    def sequence(self, slot: int) -> "GGUFSequence":
-        """Slot `slot` as a ModelBackend of its own (extend/crop/reset on that sequence only)."""
-        self._check_slot(slot)
-        return GGUFSequence(self, slot)
+    def slot_length(self, slot: int) -> int:
+        return self._lengths[slot]
 
-    def _crop(self, slot: int, length: int) -> None:
+    def crop_slot(self, slot: int, length: int) -> None:
         if length < 0 or length > self._lengths[slot]:
             raise ValueError(f"cannot crop a cache of {self._lengths[slot]} positions to {length}")
         self._lengths[slot] = length  # positions past it are overwritten by the next extend
+
+    def extend_slot(self, slot: int, ids: Sequence[int], all_logits: bool) -> torch.Tensor:
+        return self._extend(slot, ids, all_logits)
 
     def _check_rows(self, slot: int, ids: Sequence[int]) -> list[int]:
         if not ids:
@@ -475,33 +476,6 @@ class QuantizedGGUFBackend(ModelBackend):
 
         return (f"{self.path.name}: {self.shape.architecture}, {'/'.join(self.weight_types)} blocks, "
                 f"{simd_level()} kernels, {self.threads} threads")
-
-
-class GGUFSequence(ModelBackend):
-    """One slot of a QuantizedGGUFBackend behind the ModelBackend interface: a request's own KV state
-    in an engine that holds several (its weights, and its forward calls, are the engine's)."""
-
-    bitwise_batch_invariant = True
-
-    def __init__(self, engine: QuantizedGGUFBackend, slot: int) -> None:
-        self.engine = engine
-        self.slot = slot
-        self.vocab_size = engine.vocab_size
-        self.max_context = engine.max_context
-        self.name = f"{engine.name} slot {slot}"
-
-    @property
-    def cached_length(self) -> int:
-        return self.engine._lengths[self.slot]
-
-    def reset(self) -> None:
-        self.engine._lengths[self.slot] = 0
-
-    def crop(self, length: int) -> None:
-        self.engine._crop(self.slot, length)
-
-    def extend(self, ids: Sequence[int], all_logits: bool = False) -> torch.Tensor:
-        return self.engine._extend(self.slot, ids, all_logits)
 
 
 def load_gguf_member(spec: ModelSpec, *, role: str, options: LoadOptions):

@@ -7,12 +7,14 @@ draft-length policy need from a round travels in the returned `Proposal`.
 """
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Generator, Optional, Sequence
 
 import torch
 
+from anypair.backends.base import Slot
 from anypair.types import DraftBudget, Proposal
 
 
@@ -28,12 +30,28 @@ class DraftRequest:
 
 @dataclass
 class DraftCall:
-    """A draft forward a drafter's proposal needs (`ModelDrafter.propose_steps`): `ids` after the
-    draft's cached positions; the driver sends back the last row's logits and sets `charged_seconds`,
+    """A draft forward a drafter's proposal needs (`ModelDrafter.propose_steps`): `ids` appended to
+    `slot` (its first call of a request reads the draft's prompt too); the driver (the batch
+    scheduler, or `run_draft_calls`) sends back the last row's logits and sets `charged_seconds`,
     what the forward cost this request (its share of a shared forward)."""
 
+    slot: Slot
     ids: list[int]
     charged_seconds: float = 0.0
+
+
+def run_draft_calls(steps: Generator[DraftCall, torch.Tensor, Proposal]) -> Proposal:
+    """A proposal whose draft forwards run one at a time on their own slots: a drafter used by hand
+    (tools, tests). Requests never take this route: the scheduler runs their forwards."""
+    reply: Optional[torch.Tensor] = None
+    while True:
+        try:
+            call = steps.send(reply)
+        except StopIteration as done:
+            return done.value
+        started = time.perf_counter()
+        reply = call.slot.extend(call.ids)
+        call.charged_seconds = time.perf_counter() - started
 
 
 class Drafter(ABC):
@@ -65,12 +83,14 @@ class Drafter(ABC):
     @abstractmethod
     def propose(self, budget: DraftBudget) -> Proposal:
         """Propose at most `budget.max_target_tokens` target ids, running at most
-        `budget.max_draft_steps` draft steps (the loop never asks with 0 steps)."""
+        `budget.max_draft_steps` draft steps (the loop never asks with 0 steps). A drafter with a
+        model runs its forwards here one by one (`run_draft_calls`): for use by hand."""
 
     def propose_steps(self, budget: DraftBudget) -> Generator[DraftCall, torch.Tensor, Proposal]:
-        """`propose`, yielding each draft-model forward it needs for the caller to run (the batch
-        scheduler runs the steps of every request in one forward; send back the last row's logits).
-        A drafter without a model of its own needs none: this one runs `propose`."""
+        """What the loop calls, after `free_proposal` came back empty: the proposal, each draft-model
+        forward it needs yielded as a `DraftCall` for the scheduler to run (the steps of every request
+        in one forward of the draft's engine; send back the last row's logits). A drafter without a
+        model of its own yields none: this one runs `propose`."""
         return self.propose(budget)
         yield  # unreachable: it makes this function a generator that yields no call
 

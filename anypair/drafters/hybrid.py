@@ -94,11 +94,11 @@ class HybridDrafter(Drafter):
         return self.model_drafter.propose(budget)
 
     def propose_steps(self, budget: DraftBudget) -> Generator[DraftCall, torch.Tensor, Proposal]:
-        """`propose`, the model's forwards yielded for the batch scheduler to run (beside the other
-        requests' draft steps, measured and planned like them)."""
-        proposal = self.free_proposal(budget)
-        if len(proposal) or self.model_drafter is None:
-            return proposal
+        """The model's proposal, its forwards yielded for the batch scheduler to run (beside the other
+        requests' draft steps, measured and planned like them). The loop asks `free_proposal` (the
+        lookup) before this, every round: it is not asked twice."""
+        if self.model_drafter is None:
+            return Proposal([], source=self.name)
         return (yield from self.model_drafter.propose_steps(budget))
 
     def commit(self, new_target_ids: Sequence[int]) -> None:

@@ -14,7 +14,10 @@ article the full read was a fifth of the request's time (CNN/DailyMail, 2 CPU co
 window of 256 took the median speedup there from 0.77x to 0.89x with the same output.
 
 The draft's KV cache persists across rounds: `_context_ids` is the draft's whole token context and
-the backend caches a prefix of it; whatever is past that prefix is fed at the next step.
+its slot caches a prefix of it; whatever is past that prefix is fed at the next step. Every forward
+is yielded (`propose_steps`) for the batch scheduler to run, the prompt read included: it is the
+first step's feed, after the first target token (so a request the policy or the batch keeps from
+drafting never reads it), and the policy counts it as catch-up, not as drafting's cost.
 
 Token healing (translated greedy path): the draft's tokenization of the committed text is cut
 wherever the target's tokens end, so its last token is often one the draft would never have
@@ -26,12 +29,12 @@ with those bytes: the draft re-writes the tail its own way.
 from __future__ import annotations
 
 import time
-from typing import Callable, Generator, Optional, Sequence
+from typing import Callable, Generator, Optional, Sequence, Union
 
 import torch
 
-from anypair.backends.base import ModelBackend
-from anypair.drafters.base import DraftCall, DraftRequest, Drafter
+from anypair.backends.base import ModelBackend, Slot, slot_of
+from anypair.drafters.base import DraftCall, DraftRequest, Drafter, run_draft_calls
 from anypair.sampling.keyed import PositionNoise
 from anypair.tokenization.base import TokenizerAdapter
 from anypair.types import DraftBudget, Proposal, SamplingConfig
@@ -53,7 +56,7 @@ class ModelDrafter(Drafter):
 
     def __init__(
         self,
-        backend: ModelBackend,
+        slot: Union[Slot, ModelBackend],
         draft_tok: TokenizerAdapter,
         target_tok: TokenizerAdapter,
         render_prompt: PromptRenderer,
@@ -68,7 +71,7 @@ class ModelDrafter(Drafter):
     ) -> None:
         from anypair.tokenization import same_vocabulary as vocab_equal
 
-        self.backend = backend
+        self.slot = slot_of(slot)  # the draft's sequence (a one-slot engine given by hand: its one slot)
         self.draft_tok = draft_tok
         self.target_tok = target_tok
         self.render_prompt = render_prompt
@@ -93,7 +96,7 @@ class ModelDrafter(Drafter):
         self._step_seconds: Optional[float] = None
         self._catch_up_seconds = 0.0  # this round's reading of tokens committed while it did not draft
         # logits rows the draft may pick: its real tokens, minus padded rows
-        self._n_real = min(draft_tok.vocab_size, backend.vocab_size)
+        self._n_real = min(draft_tok.vocab_size, self.slot.vocab_size)
         self._draft_eos = frozenset(draft_tok.eos_ids)
         self._banned = torch.tensor(sorted(set(draft_tok.special_ids) - self._draft_eos), dtype=torch.long)
         # healing needs the translated greedy path: sampled draft tokens must map 1:1 to target tokens
@@ -119,7 +122,7 @@ class ModelDrafter(Drafter):
 
     # -- request lifecycle -------------------------------------------------------------------
     def start(self, request: DraftRequest) -> None:
-        self.backend.reset()
+        self.slot.reset()
         if self.same_vocabulary:
             self._context_ids = list(request.target_prompt_ids)
         else:
@@ -130,10 +133,6 @@ class ModelDrafter(Drafter):
             del self._context_ids[: len(self._context_ids) - self.prompt_window]
         self._proposed_draft_ids = []
         self._next_position = 0
-        # the draft reads the prompt now, not inside the first round: a round that pays a
-        # thousand-token prefill looks like drafting that loses time, and the policy would pause it
-        if len(self._context_ids) > 1:
-            self.backend.extend(self._context_ids[:-1])
 
     @property
     def step_seconds(self) -> Optional[float]:
@@ -157,15 +156,15 @@ class ModelDrafter(Drafter):
     # -- drafting ----------------------------------------------------------------------------
     def _next_logits(self) -> Generator[DraftCall, torch.Tensor, torch.Tensor]:
         """The draft's logits after its whole context: one forward, yielded as a DraftCall (the
-        caller of `propose_steps` runs it, alone or in a shared forward; `propose` runs it here)."""
-        cached = self.backend.cached_length
+        caller of `propose_steps` runs it, alone or in a shared forward)."""
+        cached = self.slot.cached_length
         feed = self._context_ids[cached:]
         if not feed:  # everything is cached: re-feed the last token to get its logits
-            self.backend.crop(cached - 1)
+            self.slot.crop(cached - 1)
             feed = self._context_ids[cached - 1 :]
-        call = DraftCall(list(feed))
+        call = DraftCall(self.slot, list(feed))
         logits = yield call
-        if len(feed) > 2:  # the first step after a paused stretch also reads what was committed meanwhile
+        if len(feed) > 2:  # the prompt's read, or what was committed while the draft did not draft
             self._catch_up_seconds += call.charged_seconds
         if len(feed) == 1:
             # only one-token steps measure the step cost: a catch-up feed after a paused stretch
@@ -208,17 +207,8 @@ class ModelDrafter(Drafter):
         return token, confidence
 
     def propose(self, budget: DraftBudget) -> Proposal:
-        """`propose_steps` with each draft forward run at once on this drafter's backend."""
-        steps = self.propose_steps(budget)
-        reply: Optional[torch.Tensor] = None
-        while True:
-            try:
-                call = steps.send(reply)
-            except StopIteration as done:
-                return done.value
-            started = time.perf_counter()
-            reply = self.backend.extend(call.ids)
-            call.charged_seconds = time.perf_counter() - started
+        """`propose_steps` with each draft forward run at once on this drafter's slot (by hand)."""
+        return run_draft_calls(self.propose_steps(budget))
 
     def propose_steps(self, budget: DraftBudget) -> Generator[DraftCall, torch.Tensor, Proposal]:
         """The proposal, yielding each draft forward it needs (send back the last row's logits):
@@ -322,8 +312,8 @@ class ModelDrafter(Drafter):
         kept = len(self._context_ids) - realignment.n_drop
         del self._context_ids[kept:]
         self._context_ids.extend(realignment.append_draft_ids)
-        if self.backend.cached_length > kept:
-            self.backend.crop(kept)
+        if self.slot.cached_length > kept:
+            self.slot.crop(kept)
 
     def _commit_same_vocabulary(self, new_target_ids: list[int], proposed: list[int]) -> None:
         agree = 0
@@ -334,5 +324,5 @@ class ModelDrafter(Drafter):
         kept = len(self._context_ids) - len(proposed) + agree
         del self._context_ids[kept:]
         self._context_ids.extend(new_target_ids[agree:])
-        if self.backend.cached_length > kept:
-            self.backend.crop(kept)
+        if self.slot.cached_length > kept:
+            self.slot.crop(kept)

@@ -94,7 +94,7 @@ class _Active:
     sink: RequestSink
     on_finish: Callable[[DecodeSession], None]
     call: Union[TargetCall, DraftCall, None] = None
-    prefilled: int = 0  # prompt rows already fed (a prefill call in progress)
+    fed: int = 0  # rows of `call` already fed (a prompt read over several forwards)
 
     @property
     def reading_prompt(self) -> bool:
@@ -123,8 +123,9 @@ class BatchScheduler:
     `make_session(slot, request)` builds a request's session on slot `slot` of the engines and a
     callback for when it ends (the generator's `_batch_session`); `engine` is the target's engine,
     holding at least `max_batch` slots (`AnyPairGenerator.batch_scheduler` checks `max_batch` and
-    gives the engines their slots); `slope` prices rows (`row_share`); `draft_engine` runs the
-    `DraftCall`s of the sessions that yield them (None: no session does); `costs`: what earlier
+    gives the engines their slots); `slope` prices rows (`row_share`); `draft_engine`: the draft
+    model's engine, whose measured step costs plan the batch's drafts (a `DraftCall` runs on its
+    slot's engine, this one or a user drafter's own); `costs`: what earlier
     rounds on these engines measured (a generator keeps one for all its schedulers; None: a new
     one); `slope` prices rows until the engine's rows are measured."""
 
@@ -210,26 +211,42 @@ class BatchScheduler:
             active.session.draft_cap, active.session.draft_cap_reason = plan.cap, plan.reason
 
     def _draft_round(self) -> None:
-        """One shared draft forward: the next draft step of every request drafting now."""
+        """One draft forward per engine: the next draft step of every request drafting now. A step
+        that reads a draft's prompt reads at most the engine's prompt piece a forward; the rest
+        waits for the next draft forward, and the request its logits."""
         drafting = [a for a in self.active if isinstance(a.call, DraftCall)]
-        assert self.draft_engine is not None, "a session yielded a DraftCall to a scheduler without a draft engine"
-        calls = [SequenceRows(a.slot, a.call.ids, "last") for a in drafting]
+        engines: dict[int, list[_Active]] = {}
+        for active in drafting:  # a user's ModelDrafter may run on an engine of its own
+            engines.setdefault(id(active.call.slot.engine), []).append(active)
+        for group in engines.values():
+            self._draft_forward(group[0].call.slot.engine, group)
+
+    def _draft_forward(self, engine: ModelBackend, drafting: list[_Active]) -> None:
+        piece = engine.prompt_rows_per_forward or None
+        calls, done = [], []
+        for active in drafting:
+            ids = active.call.ids[active.fed:active.fed + piece] if piece else active.call.ids[active.fed:]
+            active.fed += len(ids)
+            done.append(active.fed == len(active.call.ids))
+            calls.append(SequenceRows(active.call.slot.index, ids, "last" if done[-1] else "none"))
         rows = [len(c.ids) for c in calls]
         started = time.perf_counter()
         try:
-            outputs = self.draft_engine.forward_rows(calls)
+            outputs = engine.forward_rows(calls)
         except Exception as exc:
             for active in drafting:
                 self._end(active, exc)
             return
         forward_s = time.perf_counter() - started
-        shares = row_share(forward_s, rows, self._slope(sum(rows)))
-        for active, logits, share in zip(drafting, outputs, shares):
-            active.call.charged_seconds = share
-            self._advance(active, logits)
+        for active, logits, share, finished in zip(drafting, outputs, row_share(forward_s, rows, self._slope(sum(rows))),
+                                                   done):
+            active.call.charged_seconds += share
+            if finished:
+                self._advance(active, logits)
         # a draft step costs the batch its forward and each request's work on its logits (picking,
         # translating): both grow with the requests drafting
-        self.costs.draft.observe(sum(rows), time.perf_counter() - started)
+        if engine is self.draft_engine:
+            self.costs.draft.observe(sum(rows), time.perf_counter() - started)
 
     def _prompt_rows(self) -> Optional[int]:
         """Prompt rows this round reads over all requests (None: no bound). Alone, the engine's own
@@ -259,14 +276,14 @@ class BatchScheduler:
                 continue
             if prefill_rows == 0:
                 continue
-            end = len(call.ids) if prefill_rows is None else active.prefilled + prefill_rows
-            piece = call.ids[active.prefilled:end]
-            if active.prefilled == 0:
-                self.engine.sequence(active.slot).reset()
-            active.prefilled += len(piece)
+            end = len(call.ids) if prefill_rows is None else active.fed + prefill_rows
+            piece = call.ids[active.fed:end]
+            if active.fed == 0:
+                self.engine.crop_slot(active.slot, 0)
+            active.fed += len(piece)
             if prefill_rows is not None:
                 prefill_rows -= len(piece)
-            done = active.prefilled == len(call.ids)
+            done = active.fed == len(call.ids)
             calls.append(SequenceRows(active.slot, piece, "last" if done else "none"))
             feeds.append((active, done))
         return calls, feeds
@@ -277,7 +294,7 @@ class BatchScheduler:
             while True:
                 step = active.steps.send(reply)
                 if isinstance(step, (TargetCall, DraftCall)):
-                    active.call, active.prefilled = step, 0
+                    active.call, active.fed = step, 0
                     return
                 reply = None
                 active.sink.text(step)

@@ -362,9 +362,6 @@ class AnyPairGenerator:
                                        constraint=constraint)
         session = DecodeSession(self.target_backend.sequence(slot), self.target.tokenizer, drafter,
                                 self._verifier(plan.verifier, sampling, noise), policy, decode_request)
-        # the draft model's steps go to the scheduler, which runs every request's in one forward of the
-        # draft's engine (the hybrid's too: its model drafter is on the same slot)
-        session.yields_draft_calls = plan.drafter in ("model", "hybrid") and decision.draft
         entry = _LedgerEntry(ledger, decision) if ledger is not None and decision.draft else None
         return session, entry
 

@@ -15,7 +15,8 @@ log-probabilities (`top_logprobs`): each emitted token's, from the row that veri
 with the text piece that holds it (`VerifiedText`) and kept in the result.
 
 The loop itself (`DecodeSession.steps`) never calls the target's forward: it yields a `TargetCall`
-(and, for a drafter on a slot of the draft's engine, each `DraftCall`) and is sent the logits back.
+(and, for a drafter with a draft model, each `DraftCall`, its draft's prompt read included) and is
+sent the logits back.
 The batch scheduler (`generation.batch`) runs every session, alone or beside others: it gathers the
 calls of every active session into one shared forward. There is no other path, so a request's text
 is the same alone or in company.
@@ -29,7 +30,7 @@ from typing import Generator, Optional, Sequence, Union
 
 import torch
 
-from anypair.backends.base import ModelBackend
+from anypair.backends.base import ModelBackend, Slot, slot_of
 from anypair.drafters.base import DraftCall, DraftRequest, Drafter, NoDrafter
 from anypair.generation.text import TextAssembler
 from anypair.policies import DraftLengthPolicy
@@ -98,9 +99,9 @@ class DecodeSession:
     """One request's loop (`steps`), run by the batch scheduler (`generation.batch`); `result`
     afterwards."""
 
-    def __init__(self, target: ModelBackend, target_tok: TokenizerAdapter, drafter: Drafter,
+    def __init__(self, target: Union[Slot, ModelBackend], target_tok: TokenizerAdapter, drafter: Drafter,
                  verifier: Verifier, policy: DraftLengthPolicy, request: DecodeRequest) -> None:
-        self.target = target
+        self.target = slot_of(target)  # the request's sequence of the target (by hand: a one-slot engine's)
         self.target_tok = target_tok
         self.drafter = drafter
         self.verifier = verifier
@@ -118,11 +119,7 @@ class DecodeSession:
         self.finish_reason = "length"
         self.result: Optional[GenerationResult] = None
         # padded LM-head rows are not tokens: the target never chooses them, with or without a draft
-        self._n_real = min(target_tok.vocab_size, target.vocab_size)
-        #: the drafter's forwards are yielded as DraftCalls (`steps`) for the scheduler to run on the
-        #: draft's engine, in one forward with the other requests' (the generator sets it for a
-        #: ModelDrafter it made on a slot of that engine). False: the drafter runs them itself
-        self.yields_draft_calls = False
+        self._n_real = min(target_tok.vocab_size, self.target.vocab_size)
         #: the batch's cap on this request's draft length for its next round (None: its policy's
         #: length stands) and why, set by the scheduler from the whole batch's measured costs
         #: (`policies.batch.plan_batch_drafts`) before it hands the request its logits
@@ -214,15 +211,12 @@ class DecodeSession:
                 return self._checked(free, budget), replace(budget, max_draft_steps=0)
         if budget.max_draft_steps == 0:
             return Proposal([]), budget
-        if self.yields_draft_calls and not self.drafter_off:
-            try:
-                proposal = yield from self.drafter.propose_steps(budget)
-            except Exception as exc:  # a broken draft must never break generation
-                logger.debug("drafter propose failed", exc_info=True)
-                self._disable_drafter(f"drafter propose raised {type(exc).__name__}: {exc}")
-                proposal = None
-        else:
-            proposal = self._drafter_call("propose", self.drafter.propose, budget)
+        try:  # the draft model's forwards (a DraftCall each) go to the scheduler, beside other requests'
+            proposal = yield from self.drafter.propose_steps(budget)
+        except Exception as exc:  # a broken draft must never break generation
+            logger.debug("drafter propose failed", exc_info=True)
+            self._disable_drafter(f"drafter propose raised {type(exc).__name__}: {exc}")
+            proposal = None
         return self._checked(proposal, budget), budget
 
     def _checked(self, proposal: Optional[Proposal], budget: DraftBudget) -> Proposal:
