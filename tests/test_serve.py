@@ -457,12 +457,13 @@ class HeldGenerator:
     def __init__(self) -> None:
         self.release = threading.Event()
 
-    def batch_scheduler(self, max_batch: int):
+    def batch_scheduler(self, max_batch: int, queue_size=None):
         from anypair.generation.batch import BatchScheduler
 
         # the sessions never ask for a forward: the engine is never called
         return BatchScheduler(self.target_backend, max_batch,
-                              lambda slot, arguments: (HeldSession(self.release), lambda finished: None), slope=0.0)
+                              lambda slot, arguments: (HeldSession(self.release), lambda finished: None), slope=0.0,
+                              queue_size=queue_size)
 
 
 def test_a_full_queue_answers_503_with_retry_after_and_health_answers_meanwhile():

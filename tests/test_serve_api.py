@@ -98,7 +98,7 @@ class OnePieceGenerator:
     def __init__(self) -> None:
         self.arguments: list[dict] = []
 
-    def batch_scheduler(self, max_batch: int):
+    def batch_scheduler(self, max_batch: int, queue_size=None):
         from anypair.generation.batch import BatchScheduler
 
         def session(slot: int, request):
@@ -108,7 +108,7 @@ class OnePieceGenerator:
             return OnePieceSession(), lambda finished: None
 
         # the sessions never ask for a forward: the engine is never called
-        return BatchScheduler(self.target_backend, max_batch, session, slope=0.0)
+        return BatchScheduler(self.target_backend, max_batch, session, slope=0.0, queue_size=queue_size)
 
 
 @pytest.fixture(scope="module")

@@ -64,14 +64,14 @@ class ScriptedGenerator:
         self.script = [text[i:i + piece] for i in range(0, len(text), piece)]
         self.finish_reason = finish_reason
 
-    def batch_scheduler(self, max_batch: int):
+    def batch_scheduler(self, max_batch: int, queue_size=None):
         from anypair.generation.batch import BatchScheduler
 
         def session(slot: int, request):
             self.requests += 1
             return ScriptedSession(list(self.script), self.finish_reason), lambda finished: None
 
-        return BatchScheduler(self.target_backend, max_batch, session, slope=0.0)
+        return BatchScheduler(self.target_backend, max_batch, session, slope=0.0, queue_size=queue_size)
 
 
 def serve(**settings) -> Iterator[tuple[openai.OpenAI, ScriptedGenerator]]:

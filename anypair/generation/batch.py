@@ -35,6 +35,7 @@ many rows its rounds shared (`GenerationStats.mean_rows_per_round`), how long a 
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -52,6 +53,10 @@ from anypair.types import GenerationResult
 #: a round that reads a joining prompt beside decoding requests reads at most this many of the
 #: engine's prompt pieces: the bound on how long one round keeps the decoding requests waiting
 MAX_PROMPT_PIECES_PER_ROUND = 4
+
+
+class QueueFull(Exception):
+    """`BatchScheduler.submit` found the queue full."""
 
 
 class RequestSink(Protocol):
@@ -130,31 +135,56 @@ class BatchScheduler:
     one); `slope` prices rows until the engine's rows are measured."""
 
     def __init__(self, engine: ModelBackend, max_batch: int, make_session: SessionMaker, slope: float,
-                 draft_engine: Optional[ModelBackend] = None, costs: Optional[BatchCosts] = None) -> None:
+                 draft_engine: Optional[ModelBackend] = None, costs: Optional[BatchCosts] = None,
+                 queue_size: Optional[int] = None) -> None:
         self.engine = engine
         self.draft_engine = draft_engine
         self.max_batch = max_batch
         self.make_session = make_session
         self.slope = slope
         self.costs = costs if costs is not None else BatchCosts()
+        # the one queue: requests wait here for a slot, at most `queue_size` beyond the free slots
+        # (None: no bound); `submit` may come from another thread (the server's event loop)
+        self.queue_size = queue_size
         self.waiting: deque[_Waiting] = deque()
         self.active: list[_Active] = []
         self.rounds = 0
+        self._queue_lock = threading.Condition()
 
     @property
     def busy(self) -> bool:
         return bool(self.active or self.waiting)
 
     def submit(self, request: GenerationRequest, sink: RequestSink) -> None:
-        """Queue a request (checked once, at its door); it joins at the next round with a free slot."""
-        self.waiting.append(_Waiting(request, sink))
+        """Queue a request (checked once, at its door; from any thread); it joins at the next round
+        with a free slot. Raises `QueueFull` when `queue_size` requests wait beyond the free slots."""
+        with self._queue_lock:
+            free = max(0, self.max_batch - len(self.active))
+            if self.queue_size is not None and len(self.waiting) >= self.queue_size + free:
+                raise QueueFull(f"{len(self.waiting)} requests already wait for a slot")
+            self.waiting.append(_Waiting(request, sink))
+            self._queue_lock.notify_all()
+
+    def wait_for_work(self, timeout_s: float) -> bool:
+        """Sleep until a request is active or waiting, at most `timeout_s`; whether one is."""
+        with self._queue_lock:
+            return self._queue_lock.wait_for(lambda: self.busy, timeout_s)
+
+    def wake(self) -> None:
+        """End a `wait_for_work` now (the server stops)."""
+        with self._queue_lock:
+            self._queue_lock.notify_all()
 
     def close(self) -> None:
-        """End every request (their sinks are told nothing more)."""
-        for active in self.active:
-            active.steps.close()
-        self.active.clear()
-        self.waiting.clear()
+        """End every request, running or waiting: each sink is told `dropped()`."""
+        with self._queue_lock:
+            waiting = list(self.waiting)
+            self.waiting.clear()
+        for active in list(self.active):
+            self._end(active, None)
+            active.sink.dropped()
+        for queued in waiting:
+            queued.sink.dropped()
 
     # -- a round ------------------------------------------------------------------------------------
     def round(self) -> None:
@@ -318,18 +348,29 @@ class BatchScheduler:
             active.sink.failed(error)
 
     def _drop_cancelled(self) -> None:
+        """The one way a request is cancelled: its sink says so (`cancelled()`), polled here at each
+        round's start and after each piece of its text."""
         for active in [a for a in self.active if a.sink.cancelled()]:
             self._end(active, None)
             active.sink.dropped()
-        for waiting in [w for w in self.waiting if w.sink.cancelled()]:
-            self.waiting.remove(waiting)
+        with self._queue_lock:
+            gone = [w for w in self.waiting if w.sink.cancelled()]
+            for waiting in gone:
+                self.waiting.remove(waiting)
+        for waiting in gone:
             waiting.sink.dropped()
+
+    def _next_waiting(self) -> Optional[_Waiting]:
+        with self._queue_lock:
+            return self.waiting.popleft() if self.waiting else None
 
     def _admit(self) -> None:
         used = {a.slot for a in self.active}
         free = [s for s in range(self.max_batch) if s not in used]
-        while free and self.waiting:
-            waiting = self.waiting.popleft()
+        while free:
+            waiting = self._next_waiting()
+            if waiting is None:
+                break
             slot = free.pop(0)
             try:
                 session, on_finish = self.make_session(slot, waiting.request)

@@ -533,7 +533,7 @@ class AnyPairGenerator:
         """The most a batched request's KV caches take (target and draft, at their full context)."""
         return sum(member.backend.kv_bytes_per_slot for member in (self.target, self.draft) if member is not None)
 
-    def batch_scheduler(self, max_batch: int) -> BatchScheduler:
+    def batch_scheduler(self, max_batch: int, queue_size: Optional[int] = None) -> BatchScheduler:
         """A scheduler of up to `max_batch` concurrent requests on this generator's models: the one
         place `max_batch` is checked. Engines holding fewer slots are given that many (what they
         held is forgotten). The caller owns the generator while it runs rounds (`anypair serve`'s
@@ -552,7 +552,7 @@ class AnyPairGenerator:
             if backend.slots < max_batch:
                 backend.set_slots(max_batch)
         return BatchScheduler(self.target_backend, max_batch, self._batch_session, self._verify_slope(),
-                              draft_engine=self.draft_backend, costs=self._batch_costs)
+                              draft_engine=self.draft_backend, costs=self._batch_costs, queue_size=queue_size)
 
     def _batch_session(self, slot: int, request: GenerationRequest
                        ) -> tuple[DecodeSession, Callable[[DecodeSession], None]]:

@@ -1,29 +1,30 @@
-"""One generator, one worker thread running the batch scheduler's rounds, requests in arrival order.
+"""One generator, one thin worker thread running the batch scheduler's rounds.
 
 On a small CPU a second model copy would only halve the speed of both, so the server runs every
 request on one worker thread, off the event loop (which keeps answering /health and accepting
 requests). The thread owns the generator's scheduler (`generation.batch`, made once with the
-server's `max_batch`): each round it moves waiting requests into free slots, and one target forward
-scores every running request's rows; each request's text is exactly the one it gets alone. With
-`max_batch` 1 (an engine of one slot), that is one request at a time, each run to its end.
+server's `max_batch` and queue size) and only runs its rounds: each round moves waiting requests into
+free slots, and one target forward scores every running request's rows; each request's text is
+exactly the one it gets alone. With `max_batch` 1 (an engine of one slot), one request at a time.
 
-Requests wait for a slot in a bounded first-in-first-out queue: one that finds it full is refused at
-once (503 with Retry-After) rather than left waiting without end. Each verified piece of text goes to
-the request's handler on the event loop. A handler whose client went away cancels its job: a waiting
-job is skipped, a running one ends after its next piece of text, and its slot is free for the next.
+The queue is the scheduler's (first in, first out, bounded): a request that finds it full is refused
+at once (503 with Retry-After) rather than left waiting without end. Each verified piece of text goes
+to the request's handler on the event loop through the request's sink (`_JobSink`). A handler whose
+client went away cancels its job (a flag the scheduler polls, its one way to cancel): a waiting job
+is skipped, a running one ends after its next piece of text, and its slot is free for the next.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import math
-import queue
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional, Protocol, Union
 
 from anypair.errors import InputError
+from anypair.generation.batch import QueueFull as SchedulerQueueFull
 from anypair.generation.options import GenerationRequest
 from anypair.types import GenerationResult
 
@@ -41,7 +42,7 @@ class ServedGenerator(Protocol):
     target_backend: Any
     max_positions: int  # the most positions (prompt + new tokens) one request may hold
 
-    def batch_scheduler(self, max_batch: int) -> "BatchScheduler": ...
+    def batch_scheduler(self, max_batch: int, queue_size: Optional[int] = None) -> "BatchScheduler": ...
 
 
 @dataclass(frozen=True)
@@ -112,9 +113,8 @@ class GenerationWorker:
         self.generator = generator
         self.queue_size = queue_size
         self.max_batch = max_batch
-        self._scheduler = generator.batch_scheduler(max_batch)
-        self._running: list[Job] = []  # the jobs in a slot now, in order of admission
-        self._waiting: queue.Queue[Optional[Job]] = queue.Queue(maxsize=queue_size)
+        # the one queue is the scheduler's: `queue_size` requests may wait beyond the free slots
+        self._scheduler = generator.batch_scheduler(max_batch, queue_size=queue_size)
         self._thread = threading.Thread(target=self._run, name="anypair-generation", daemon=True)
         self._stopping = False
         self.served = 0
@@ -122,16 +122,25 @@ class GenerationWorker:
         # a moving average of how long a request holds a slot: how long until a slot frees
         self._mean_request_s: Optional[float] = None
 
+    def _running_jobs(self) -> list[Job]:
+        """The jobs in a slot now, in order of admission (read from the scheduler's requests)."""
+        sinks = [active.sink for active in list(self._scheduler.active)]  # a copy: the thread changes it
+        return [sink.job for sink in sinks if isinstance(sink, _JobSink)]
+
     @property
     def active(self) -> int:
         """Requests running now."""
-        return len(self._running)
+        return len(self._running_jobs())
 
     @property
     def running(self) -> Optional[Job]:
         """The longest-running request (None: none runs)."""
-        jobs = list(self._running)  # a copy: the worker thread changes the list meanwhile
+        jobs = self._running_jobs()
         return jobs[0] if jobs else None
+
+    @property
+    def waiting(self) -> int:
+        return len(self._scheduler.waiting)
 
     # -- the event loop's side ------------------------------------------------------------------
     def start(self) -> None:
@@ -139,37 +148,23 @@ class GenerationWorker:
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Cancel what waits and what runs, and end the thread (it is a daemon: a round that does not
-        end in time does not keep the process alive)."""
+        end in time does not keep the process alive). Each job still waiting or running is told the
+        server is shutting down when the thread closes the scheduler."""
         self._stopping = True
-        for job in list(self._running):
-            job.cancel()
-        while True:
-            try:
-                job = self._waiting.get_nowait()
-            except queue.Empty:
-                break
-            if job is not None:
-                job.cancel()
-                job.emit(Failed(RuntimeError("the server is shutting down")))
-        try:
-            self._waiting.put_nowait(None)
-        except queue.Full:
-            pass
+        self._scheduler.wake()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
+        else:  # never started: nothing else will close it
+            self._scheduler.close()
 
     def submit(self, job: Job) -> None:
         """Queue a job, or raise QueueFull with the seconds after which a retry may find room."""
         if self._stopping:
             raise QueueFull(self.retry_after_s())
         try:
-            self._waiting.put_nowait(job)
-        except queue.Full:
+            self._scheduler.submit(job.request, _JobSink(self, job))
+        except SchedulerQueueFull:
             raise QueueFull(self.retry_after_s()) from None
-
-    @property
-    def waiting(self) -> int:
-        return self._waiting.qsize()
 
     def retry_after_s(self) -> int:
         # a slot frees when a running request ends: at most about one request's time away, sooner
@@ -178,36 +173,18 @@ class GenerationWorker:
 
     # -- the worker thread ----------------------------------------------------------------------
     def _run(self) -> None:
-        """Rounds of the scheduler; waiting jobs join whenever a slot is free, and the thread sleeps
-        on the queue only when nothing runs."""
+        """The scheduler's rounds while it has requests; asleep on its queue while it has none."""
         scheduler = self._scheduler
         try:
             while not self._stopping:
-                while len(scheduler.active) + len(scheduler.waiting) < self.max_batch:
-                    try:
-                        job = self._waiting.get(block=not scheduler.busy)
-                    except queue.Empty:
-                        break
-                    if job is None or self._stopping:
-                        return
-                    if job.cancelled.is_set():
-                        self.cancelled += 1
-                        logger.info("%s cancelled while queued (the client left)", job.request_id)
-                        continue
-                    scheduler.submit(job.request, _JobSink(self, job))
+                if not scheduler.wait_for_work(timeout_s=1.0):
+                    continue
                 try:
                     scheduler.round()
                 except Exception:  # the thread must outlive any round, or every later request would hang
                     logger.exception("anypair: a round of the scheduler failed")
         finally:
-            for job in self._running:
-                job.emit(Failed(RuntimeError("the server is shutting down")))
             scheduler.close()
-
-    def _ended(self, job: Job) -> None:
-        """The job left its slot (finished, failed or dropped)."""
-        if job in self._running:
-            self._running.remove(job)
 
     def _blame(self, job: Job) -> tuple[str, Optional[str]]:
         """The field an InputError of the generator is about. The prompt's length is only measured
@@ -236,7 +213,6 @@ class _JobSink:
 
     def admitted(self) -> None:
         self.admitted_at = time.perf_counter()
-        self.worker._running.append(self.job)
 
     def text(self, chunk: str) -> None:
         if self.job.streams:
@@ -245,14 +221,12 @@ class _JobSink:
 
     def finished(self, result: GenerationResult) -> None:
         worker = self.worker
-        worker._ended(self.job)
         worker.served += 1
         took = time.perf_counter() - self.admitted_at
         worker._mean_request_s = took if worker._mean_request_s is None else 0.8 * worker._mean_request_s + 0.2 * took
         self.job.emit(Finished(result, self.admitted_at - self.job.enqueued_at))
 
     def failed(self, error: Exception) -> None:
-        self.worker._ended(self.job)
         if isinstance(error, InputError):
             param, code = self.worker._blame(self.job)
             self.job.emit(Failed(error, param, code))
@@ -261,7 +235,9 @@ class _JobSink:
             self.job.emit(Failed(error))
 
     def dropped(self) -> None:
-        self.worker._ended(self.job)
+        if not self.job.cancelled.is_set():  # the scheduler closed with the request in it: the server stops
+            self.job.emit(Failed(RuntimeError("the server is shutting down")))
+            return
         self.worker.cancelled += 1
         logger.info("%s cancelled after %d chunks (the client left); its slot is free", self.job.request_id,
                     self.job.chunks_sent)
