@@ -1,4 +1,7 @@
 """Exceptions that anypair raises. Every message says what went wrong and what to do about it."""
+from __future__ import annotations
+
+from typing import Optional
 
 
 class AnyPairError(Exception):
@@ -19,7 +22,16 @@ class TokenizerError(AnyPairError):
 
 class InputError(AnyPairError, ValueError):
     """Bad user input: empty prompt, prompt longer than the context, max_new_tokens < 1, ...
-    (also a ValueError: it is one, and callers that caught ValueError keep working)."""
+    (also a ValueError: it is one, and callers that caught ValueError keep working).
+
+    `field`: the request field to blame, by its name in `generate()` ("prompt", "max_new_tokens",
+    "logit_bias", ...), where the check knows it; `code`: a short machine-readable reason
+    ("context_length_exceeded"). The server maps both into its 400 error object."""
+
+    def __init__(self, message: str, *, field: Optional[str] = None, code: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.code = code
 
 
 class DamagedFileError(InputError):

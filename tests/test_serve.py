@@ -531,7 +531,7 @@ def test_a_kv_memory_budget_holds_each_request_to_what_fits_and_refuses_longer_o
         error = caught.value.body
         assert caught.value.status_code == 400 and error["code"] == "context_length_exceeded"
         assert "KV memory budget" in error["message"] and "--kv-memory" in error["message"]
-        with pytest.raises(openai.APIStatusError) as caught:  # max_tokens alone past the budget: at the door
+        with pytest.raises(openai.APIStatusError) as caught:  # max_tokens alone past the budget: that field named
             client.completions.create(model=TARGET, prompt="a", max_tokens=500, temperature=0)
         assert caught.value.status_code == 400 and caught.value.body["param"] == "max_tokens"
     finally:

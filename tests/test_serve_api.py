@@ -466,3 +466,13 @@ def test_penalties_answers_equal_the_target_alone_with_the_same_penalties(client
     result = alone(pair, prompt=prompt, max_new_tokens=24, **penalties, **sampling_arguments(sampling))
     assert answer.choices[0].text == result.text != free.text
     assert answer.model_extra["anypair"]["draft_tokens_proposed"] > 0
+
+
+def test_a_logit_bias_id_outside_the_vocabulary_is_a_400_from_the_one_check(client):
+    """The ids' range is checked once, by the generator where the request's session is built; the
+    server maps the field it names into its 400."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.completions.create(model=TARGET, prompt="def f():", max_tokens=2, temperature=0,
+                                  logit_bias={"1000000": 1.0})
+    body = caught.value.body
+    assert (body["param"], body["code"]) == ("logit_bias", "invalid_value") and "vocabulary" in body["message"]

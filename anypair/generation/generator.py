@@ -332,13 +332,11 @@ class AnyPairGenerator:
         target_ids = self.target.render(request.prompt, request.messages, request.tools)
         if not target_ids:
             raise InputError("the prompt encodes to no tokens for the target model")
-        limit = self.max_positions
-        if len(target_ids) + request.max_new_tokens > limit:
-            raise InputError(
-                f"prompt ({len(target_ids)} tokens) + max_new_tokens ({request.max_new_tokens}) exceeds "
-                f"{self._positions_why}: shorten the prompt or lower max_new_tokens")
-        if plan.drafts_with_model:
-            self._check_draft_context(request, target_ids)
+        room, limit = self._room(request, target_ids)
+        if request.max_new_tokens > room:  # the one check of a request's fit (the server's 400 names the field)
+            raise InputError(f"{limit.format(new=request.max_new_tokens)}",
+                             field=("messages" if request.messages is not None else "prompt") if room < 1
+                             else "max_new_tokens", code="context_length_exceeded")
         sampling = request.sampling
         # sampling: the request's noise, keyed by the verifier from the seed (`sampling.keyed`), read
         # by the verifier and by a drafter that couples its picks to it
@@ -372,7 +370,8 @@ class AnyPairGenerator:
             outside = [token for token, _ in request.logit_bias if token >= self.target_backend.vocab_size]
             if outside:
                 raise InputError(f"logit_bias names token ids outside the target's vocabulary of "
-                                 f"{self.target_backend.vocab_size}: {outside[:5]}")
+                                 f"{self.target_backend.vocab_size}: {outside[:5]}", field="logit_bias",
+                                 code="invalid_value")
             parts.append(LogitBias(dict(request.logit_bias)))
         if request.frequency_penalty or request.presence_penalty:
             parts.append(RepetitionPenalties(request.frequency_penalty, request.presence_penalty))
@@ -406,19 +405,24 @@ class AnyPairGenerator:
         if outcome is not None:
             entry.ledger.record(outcome, entry.decision.exploring)
 
-    def _draft_prompt_length(self, request: GenerationRequest, target_ids: list[int]) -> int:
-        return len(target_ids if self.same_vocabulary
-                   else self._draft_prompt_ids(request.prompt, request.messages, target_ids, request.tools))
-
-    def _check_draft_context(self, request: GenerationRequest, target_ids: list[int]) -> None:
-        assert self.draft_backend is not None
-        draft_length = self._draft_prompt_length(request, target_ids)
-        limit = self.draft_backend.max_context
-        if draft_length + request.max_new_tokens + DRAFT_CONTEXT_MARGIN > limit:
-            raise InputError(
-                f"prompt ({draft_length} draft tokens) + max_new_tokens ({request.max_new_tokens}) exceeds the "
-                f"draft's context of {limit} tokens: use a draft with a longer context, drafter='lookup', "
-                "or assisted=False")
+    def _room(self, request: GenerationRequest, target_ids: list[int]) -> tuple[int, str]:
+        """New tokens the request's prompt leaves room for (the target's positions, and the draft's
+        context where a draft model reads it), and the message of the limit that binds ({new}: the
+        tokens asked for)."""
+        room = self.max_positions - len(target_ids)
+        limit = (f"prompt ({len(target_ids)} tokens) + max_new_tokens ({{new}}) exceeds {self._positions_why}: "
+                 "shorten the prompt or lower max_new_tokens")
+        if self.plan(request).drafts_with_model:
+            assert self.draft_backend is not None
+            draft_length = len(target_ids if self.same_vocabulary else
+                               self._draft_prompt_ids(request.prompt, request.messages, target_ids, request.tools))
+            context = self.draft_backend.max_context
+            if context - draft_length - DRAFT_CONTEXT_MARGIN < room:
+                room = context - draft_length - DRAFT_CONTEXT_MARGIN
+                limit = (f"prompt ({draft_length} draft tokens) + max_new_tokens ({{new}}) exceeds the draft's "
+                         f"context of {context} tokens: use a draft with a longer context, drafter='lookup', "
+                         "or assisted=False")
+        return room, limit
 
     @property
     def max_positions(self) -> int:
@@ -445,13 +449,7 @@ class AnyPairGenerator:
         after the prompt, and the draft's where a draft model reads it (`anypair generate` writes up to
         the end-of-turn token within this bound, as llama.cpp's CLI writes to the end of its context)."""
         request = GenerationRequest.of(prompt, messages=messages, max_new_tokens=1, assisted=assisted)
-        target_ids = self.target.render(request.prompt, request.messages)
-        room = self.max_positions - len(target_ids)
-        if self.plan(request).drafts_with_model:
-            assert self.draft_backend is not None
-            room = min(room, self.draft_backend.max_context - self._draft_prompt_length(request, target_ids)
-                       - DRAFT_CONTEXT_MARGIN)
-        return room
+        return self._room(request, self.target.render(request.prompt, request.messages))[0]
 
     def generate(self, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
                  max_new_tokens: int = 128, stop: Union[str, Sequence[str], None] = None,

@@ -242,13 +242,8 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
         if body.model != settings.model_name:
             raise APIError(404, f"model {body.model!r} is not served here: use {settings.model_name!r} "
                                 "(GET /v1/models lists it)", param="model", code="model_not_found")
+        # whether prompt + max_new_tokens fit is checked once, where the prompt is rendered (the session)
         max_new_tokens = body.requested_max_tokens or settings.default_max_tokens
-        context = generator.max_positions
-        if max_new_tokens >= context:
-            raise APIError(400, f"{body.max_tokens_field} ({max_new_tokens}) does not fit the {context} positions a "
-                                "request may hold here (the model's context, or less under the server's --kv-memory), "
-                                "which also hold the prompt: ask for fewer tokens",
-                           param=body.max_tokens_field, code="context_length_exceeded")
         temperature = 1.0 if body.temperature is None else body.temperature
         arguments = dict(prompt=prompt, messages=messages, max_new_tokens=max_new_tokens, stop=body.stop,
                          # temperature 0 is OpenAI's greedy; SamplingConfig wants a positive one only when sampling
@@ -259,14 +254,8 @@ def create_app(generator: ServedGenerator, settings: ServeSettings) -> FastAPI:
         grammar = requested_grammar(body)
         if grammar is not None:
             arguments["grammar"] = grammar
-        bias = body.token_bias
-        if bias:
-            vocabulary = generator.target_backend.vocab_size
-            outside = sorted(token for token in bias if token >= vocabulary)
-            if outside:
-                raise APIError(400, f"logit_bias names token ids outside the target's vocabulary of {vocabulary}: "
-                                    f"{outside[:5]}", param="logit_bias", code="invalid_value")
-            arguments["logit_bias"] = bias
+        if body.token_bias:  # its ids are checked against the vocabulary once, by the generator
+            arguments["logit_bias"] = body.token_bias
         if body.frequency_penalty:
             arguments["frequency_penalty"] = body.frequency_penalty
         if body.presence_penalty:

@@ -186,21 +186,13 @@ class GenerationWorker:
         finally:
             scheduler.close()
 
-    def _blame(self, job: Job) -> tuple[str, Optional[str]]:
-        """The field an InputError of the generator is about. The prompt's length is only measured
-        here, on the error path, and on this thread (tokenizers are not shared across threads)."""
-        request = job.request
-        text_field = "messages" if request.messages is not None else "prompt"
-        try:
-            prompt_tokens = len(self.generator.target.render(request.prompt, request.messages))
-            context = self.generator.max_positions
-        except Exception:  # the prompt itself cannot be rendered: that is the error
-            return text_field, None
-        if prompt_tokens >= context:
-            return text_field, "context_length_exceeded"
-        if prompt_tokens + request.max_new_tokens > context:
-            return job.max_tokens_field, "context_length_exceeded"
-        return text_field, None
+    @staticmethod
+    def _blame(job: Job, error: InputError) -> tuple[str, Optional[str]]:
+        """The body's field an InputError of the generator names (its name in the body: max_tokens or
+        max_completion_tokens), and its code; an error naming none blames the prompt."""
+        text_field = "messages" if job.request.messages is not None else "prompt"
+        field = {"max_new_tokens": job.max_tokens_field, None: text_field}.get(error.field, error.field)
+        return field, error.code
 
 
 class _JobSink:
@@ -228,7 +220,7 @@ class _JobSink:
 
     def failed(self, error: Exception) -> None:
         if isinstance(error, InputError):
-            param, code = self.worker._blame(self.job)
+            param, code = self.worker._blame(self.job, error)
             self.job.emit(Failed(error, param, code))
         else:  # a bug: the handler answers 500, the log keeps the traceback
             logger.error("%s failed", self.job.request_id, exc_info=error)
