@@ -38,7 +38,7 @@ from anypair.generation.options import (
 from anypair.policies import ConstantLength, DraftLengthPolicy, StepCosts, draft_prompt_window, estimated_step_costs
 from anypair.policies.adaptive import PairMemory
 from anypair.policies.batch import BatchCosts
-from anypair.policies.ledger import DraftingLedger, LedgerDecision, RequestOutcome
+from anypair.policies.ledger import DraftingHistory, DraftingLedger, LedgerDecision, RequestOutcome
 from anypair.sampling.keyed import PositionNoise
 from anypair.types import GenerationResult, SamplingConfig
 from anypair.verifiers.base import Verifier
@@ -167,10 +167,8 @@ class AnyPairGenerator:
         # state past `start`, and building one (its translator) costs more than a short request
         self._greedy_drafters: dict[int, Drafter] = {}
         self._same_vocabulary: Optional[bool] = None
-        # whether drafting paid on recent requests, per (drafter kind, sampling): see _ledger
-        self._ledgers: dict[tuple[str, bool], DraftingLedger] = {}
-        # what drafting measured of the pair (step costs, the draft's calibration), per the same kinds
-        self._memories: dict[tuple[str, bool], PairMemory] = {}
+        # what drafting measured on earlier requests, per (drafter kind, sampling)
+        self._history: dict[tuple[str, bool], DraftingHistory] = {}
         # a server's cap on one request's positions, and why (`limit_positions`); None: the context
         self._position_limit: Optional[int] = None
         self._position_limit_why = ""
@@ -295,9 +293,9 @@ class AnyPairGenerator:
         """Forget what earlier requests measured of drafting (`skip_losing_drafts`' ledger, the pair's
         costs and calibration). Benchmarks call it after their untimed warm-up, whose short first
         request pays for allocations and would count as drafting that lost."""
-        for ledger in self._ledgers.values():
-            ledger.forget()
-        self._memories.clear()
+        for history in self._history.values():
+            history.ledger.forget()
+            history.memory = PairMemory()
 
     def plan(self, request: GenerationRequest) -> RequestPlan:
         """What would serve `request` on this generator: drafter, verifier and policy (nothing runs)."""
@@ -324,7 +322,7 @@ class AnyPairGenerator:
         if (not self.options.skip_losing_drafts or self.options.draft_length != "adaptive"
                 or plan.drafter == "none"):
             return None
-        return self._ledgers.setdefault((plan.drafter, request.sampling.do_sample), DraftingLedger())
+        return self._history.setdefault((plan.drafter, request.sampling.do_sample), DraftingHistory()).ledger
 
     def _session(self, request: GenerationRequest, slot: int) -> tuple[DecodeSession, Optional[_LedgerEntry]]:
         """The request's session on slot `slot` of the engines."""
@@ -346,7 +344,7 @@ class AnyPairGenerator:
         if decision.draft:
             drafter, policy = self._drafter(plan.drafter, sampling, noise, slot), plan.policy
             # the pair's costs and calibration, as earlier requests of this kind measured them
-            policy.remember(self._memories.setdefault((plan.drafter, sampling.do_sample), PairMemory()))
+            policy.remember(self._history.setdefault((plan.drafter, sampling.do_sample), DraftingHistory()).memory)
         else:  # the ledger keeps the draft model off: prompt-lookup matches only
             drafter, policy = HybridDrafter(None, verify_slope=self._verify_slope()), ConstantLength(0)
         messages = list(request.messages) if request.messages is not None else None

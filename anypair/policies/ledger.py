@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Sequence
+
+from anypair.policies.adaptive import PairMemory
 
 
 def target_step_estimate(passes: Sequence[tuple[int, float]], verify_slope: float) -> Optional[float]:
@@ -144,3 +146,13 @@ class DraftingLedger:
         self.outcomes.append(outcome)
         if exploring:
             self.wait = self.first_wait if outcome.saving_s > 0 else min(self.longest_wait, 2 * self.wait)
+
+
+@dataclass
+class DraftingHistory:
+    """What earlier requests of one kind (drafter, greedy or sampled) measured of drafting: whether it
+    paid (the ledger) and the pair's step costs and the draft's calibration (the length policy's memory,
+    `policies.adaptive.PairMemory`). A generator keeps one per kind."""
+
+    ledger: DraftingLedger = field(default_factory=DraftingLedger)
+    memory: PairMemory = field(default_factory=PairMemory)
