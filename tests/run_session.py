@@ -9,8 +9,7 @@ from anypair.types import GenerationResult
 
 def run_alone(session: DecodeSession) -> GenerationResult:
     """`session` run to its end as a batch of one on its own target; its result."""
-    scheduler = BatchScheduler(session.target.engine, 1, lambda slot, request: (session, lambda finished: None),
-                               slope=0.0)
+    scheduler = BatchScheduler(session.target.engine, 1, lambda slot, request: (session, lambda finished: None))
     sink = CollectingSink()
     scheduler.submit(None, sink)  # the session is made already: the scheduler's request is not read
     for _ in run_rounds(scheduler):

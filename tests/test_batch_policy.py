@@ -16,20 +16,14 @@ import torch
 
 from anypair.backends.base import ModelBackend, SequenceRows
 from anypair.generation.options import GenerationRequest
-from anypair.policies.batch import (
-    BatchCosts,
-    DraftingRequest,
-    RowCosts,
-    expected_tokens,
-    plan_batch_drafts,
-    prompt_rows,
-)
+from anypair.policies.batch import BatchCosts, DraftingRequest, expected_tokens, plan_batch_drafts, prompt_rows
+from anypair.policies.costs import EngineCosts
 
 SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
-def costs_of(per_call: float, per_row: float, counts: Sequence[int] = (1, 4, 16, 64)) -> RowCosts:
-    costs = RowCosts()
+def costs_of(per_call: float, per_row: float, counts: Sequence[int] = (1, 4, 16, 64)) -> EngineCosts:
+    costs = EngineCosts()
     for rows in counts:
         costs.observe(rows, per_call + per_row * rows)
     return costs
@@ -39,12 +33,12 @@ def costs_of(per_call: float, per_row: float, counts: Sequence[int] = (1, 4, 16,
 
 
 def test_row_costs_read_between_and_past_what_was_measured():
-    costs = RowCosts()
+    costs = EngineCosts(prior_slope=0.1)
     assert not costs.known
     with pytest.raises(ValueError, match="nothing measured"):
         costs.seconds(1)
     costs.observe(8, 0.08)
-    assert costs.seconds(4) == pytest.approx(0.04)  # one count: its share per row
+    assert costs.seconds(4) == pytest.approx(0.08 * 1.3 / 1.7)  # one count: the prior slope's line through it
     costs.observe(16, 0.12)
     assert costs.seconds(12) == pytest.approx(0.10)  # between two counts: their line
     assert costs.seconds(24) == pytest.approx(0.16)  # past the largest: the last segment's rows
@@ -53,7 +47,7 @@ def test_row_costs_read_between_and_past_what_was_measured():
     assert costs.row(10) == pytest.approx(0.005)
     costs.observe(16, 0.22)  # smoothed, not replaced
     assert 0.12 < costs.seconds(16) < 0.22
-    assert costs.relative_slope(8) is None  # no one-row forward measured yet
+    assert costs.relative_slope(8) == costs.prior_slope == 0.1  # no one-row forward measured yet: the prior
     costs.observe(1, 0.03)
     assert costs.relative_slope(8) == pytest.approx((0.08 / 0.03 - 1) / 7)
 
@@ -114,7 +108,7 @@ def test_prompt_chunks_grow_with_what_the_decoding_rows_cost():
     assert added <= 0.25 * (dear.seconds(rows) + added)  # the decoders' part of the round: at most a quarter
     assert prompt_rows(64, dear, 0.5, 64, 256) == 256  # bounded: the decoders wait at most one such round
     assert prompt_rows(0, dear, 0.0, 64, 256) == 64
-    assert prompt_rows(8, RowCosts(), 0.0, 64, 256) == 64  # nothing measured: the engine's piece
+    assert prompt_rows(8, EngineCosts(), 0.0, 64, 256) == 64  # nothing measured: the engine's piece
 
 
 def test_batch_costs_keep_a_requests_work_without_its_one_off_draft_prompt_read():
@@ -160,8 +154,16 @@ class Priced(ModelBackend):
     def slots(self) -> int:
         return self.engine.slots
 
-    def sequence(self, slot: int) -> ModelBackend:
-        return self.engine.sequence(slot)
+    # its slots are its own (a request's session and draft hold them, so their forwards come here),
+    # their state the engine's
+    def slot_length(self, slot: int) -> int:
+        return self.engine.slot_length(slot)
+
+    def crop_slot(self, slot: int, length: int) -> None:
+        self.engine.crop_slot(slot, length)
+
+    def extend_slot(self, slot: int, ids: Sequence[int], all_logits: bool) -> torch.Tensor:
+        return self.engine.extend_slot(slot, ids, all_logits)
 
     def forward_rows(self, calls: Sequence[SequenceRows]) -> list[Optional[torch.Tensor]]:
         rows = sum(len(c.ids) for c in calls)
@@ -190,12 +192,16 @@ def run_batch(pair, target_cost: tuple[float, float], draft_cost: tuple[float, f
     scheduler = pair.batch_scheduler(len(PROMPTS))
     target = Priced(pair.target_backend, *target_cost)
     draft = Priced(pair.draft_backend, *draft_cost)
-    scheduler = BatchScheduler(target, len(PROMPTS), pair._batch_session, scheduler.slope, draft_engine=draft)
-    sinks = [CollectingSink() for _ in PROMPTS]
-    for i, (prompt, sink) in enumerate(zip(PROMPTS, sinks)):
-        scheduler.submit(GenerationRequest.of(prompt, seed=100 + i, **SAMPLING), sink)
-    for _ in run_rounds(scheduler):
-        pass
+    with pytest.MonkeyPatch.context() as patch:  # the requests' slots are the priced engines'
+        patch.setattr(pair, "target_backend", target)
+        patch.setattr(pair, "draft_backend", draft)
+        scheduler = BatchScheduler(target, len(PROMPTS), pair._batch_session,
+                                   costs=BatchCosts(scheduler.costs.target.prior_slope), draft_engine=draft)
+        sinks = [CollectingSink() for _ in PROMPTS]
+        for i, (prompt, sink) in enumerate(zip(PROMPTS, sinks)):
+            scheduler.submit(GenerationRequest.of(prompt, seed=100 + i, **SAMPLING), sink)
+        for _ in run_rounds(scheduler):
+            pass
     assert all(sink.error is None for sink in sinks)
     return [sink.result for sink in sinks], target
 
@@ -236,7 +242,8 @@ def test_a_joining_prompt_is_read_in_chunks_sized_from_the_row_cost(pair):
     alone = pair.generate(long_prompt, max_new_tokens=6)
     base = pair.batch_scheduler(6)
     target = Priced(pair.target_backend, 0.0, 0.004, piece=16)
-    scheduler = BatchScheduler(target, 6, pair._batch_session, base.slope, draft_engine=pair.draft_backend)
+    scheduler = BatchScheduler(target, 6, pair._batch_session,
+                               costs=BatchCosts(base.costs.target.prior_slope), draft_engine=pair.draft_backend)
     sinks = [CollectingSink() for _ in range(6)]
     for prompt, sink in zip(PROMPTS[:5], sinks):
         scheduler.submit(GenerationRequest.of(prompt, max_new_tokens=40), sink)

@@ -12,7 +12,8 @@ from anypair.policies import (
     DraftingLedger,
     ExpectedRateLength,
     HeuristicLength,
-    LinearCost,
+    EngineCosts,
+    TimedCosts,
     RequestOutcome,
     RoundFeedback,
     StepCosts,
@@ -20,7 +21,6 @@ from anypair.policies import (
     draft_prompt_window,
     estimated_step_costs,
     make_policy,
-    target_step_estimate,
 )
 
 
@@ -58,14 +58,27 @@ def test_expected_rate_prefers_long_drafts_when_cheap_and_accurate():
     assert p.next_length() <= 2
 
 
-def test_linear_cost_learns_the_verification_slope():
-    cost = LinearCost()
-    cost.add(3, 0.35)
-    assert cost(1) == cost(8) == 0.35  # one size seen: no slope yet
-    for n in (1, 2, 4, 8, 3, 6, 1, 5):
-        cost.add(n, 0.2 + 0.05 * n)
-    assert abs(cost.slope() - 0.05) < 0.01
-    assert abs(cost(1) - 0.25) < 0.03 and abs(cost(8) - 0.6) < 0.03
+def test_timed_costs_read_the_engines_cost_models_and_by_hand_learn_from_rounds():
+    # a generator's policies read the engines' models, which the scheduler feeds: rounds add nothing
+    target, draft = EngineCosts(), EngineCosts()
+    shared = TimedCosts(target=target, draft=draft)
+    for rows, seconds in ((1, 0.25), (5, 0.45)):
+        target.observe(rows, seconds)
+    draft.observe(1, 0.03)
+    shared.observe(RoundFeedback(proposed=4, accepted=2, draft_steps=4, draft_seconds=0.2, verify_seconds=9.0,
+                                 draft_step_seconds=0.05))
+    assert shared.verify(1) == 0.25 and shared.verify(3) == pytest.approx(0.35) and shared.draft_step() == 0.03
+    assert shared.verify_slope() == pytest.approx(0.05)
+    # by hand (no scheduler): the rounds' own timings feed private models
+    alone = TimedCosts()
+    assert not alone.known and alone.draft_step() is None
+    for n in (1, 5, 1, 5):
+        alone.observe(RoundFeedback(proposed=n - 1, accepted=0, draft_steps=n - 1, draft_seconds=0.01 * (n - 1),
+                                    verify_seconds=0.2 + 0.05 * n, draft_step_seconds=0.01 if n > 1 else None))
+    assert alone.verify(1) == pytest.approx(0.25) and alone.verify(5) == pytest.approx(0.45)
+    assert alone.draft_step() == pytest.approx(0.01)
+    alone.reset()  # a new request: what was measured of the engines stays
+    assert alone.verify(1) == pytest.approx(0.25)
 
 
 def test_expected_rate_stops_drafting_when_verification_grows_with_k_and_probes_again():
@@ -229,7 +242,7 @@ def test_stop_threshold_follows_the_drafts_calibration():
         for n in (1, 3, 5, 2, 4, 3, 2, 4, 3, 5):
             proposed = n - 1 or 1
             accepted = proposed if full_accepted else 0
-            p.update(RoundFeedback(10, proposed, accepted, 0.03 * n, step(n), 0.03, predicted))
+            p.update(RoundFeedback(10, proposed, accepted, 0.03 * n, step(proposed + 1), 0.03, predicted))
         return p
 
     uncalibrated = ConfidenceStopLength(maximum=10)
@@ -464,18 +477,9 @@ def test_ledger_settings_are_checked():
         DraftingLedger(first_wait=4, longest_wait=2)
 
 
-def test_the_target_step_comes_from_single_token_passes_or_the_engines_slope():
-    # two or more rounds that did not draft: their median, whatever the drafting rounds cost
-    assert target_step_estimate([(1, 0.10), (6, 0.30), (1, 0.12), (1, 0.11)], verify_slope=0.25) == 0.11
-    # otherwise each pass scaled by 1 + slope x (n - 1): 6 tokens at slope 0.2 cost 2 steps
-    assert target_step_estimate([(6, 0.20), (6, 0.22), (6, 0.24)], verify_slope=0.2) == pytest.approx(0.11)
-    assert target_step_estimate([], verify_slope=0.2) is None
-
-
 def test_a_requests_saving_is_the_target_alones_steps_minus_what_drafting_spent():
     # 11 new tokens: the target alone would spend 10 steps of 0.1 s after its first token; drafting spent 0.7 s
-    outcome = RequestOutcome.measure(11, prefill_s=0.5, spent_after_first_token_s=0.7,
-                                     passes=[(1, 0.1), (1, 0.1), (5, 0.2)], verify_slope=0.25)
+    outcome = RequestOutcome.measure(11, prefill_s=0.5, spent_after_first_token_s=0.7, target_step_s=0.1)
     assert outcome.saving_s == pytest.approx(0.3) and outcome.target_alone_s == pytest.approx(1.5)
     assert outcome.share == pytest.approx(0.2)
-    assert RequestOutcome.measure(1, 0.5, 0.0, [], 0.25) is None  # done at the first token: nothing learnt
+    assert RequestOutcome.measure(1, 0.5, 0.0, 0.1) is None  # done at the first token: nothing learnt

@@ -462,7 +462,7 @@ class HeldGenerator:
 
         # the sessions never ask for a forward: the engine is never called
         return BatchScheduler(self.target_backend, max_batch,
-                              lambda slot, arguments: (HeldSession(self.release), lambda finished: None), slope=0.0,
+                              lambda slot, arguments: (HeldSession(self.release), lambda finished: None),
                               queue_size=queue_size)
 
 

@@ -108,7 +108,7 @@ class OnePieceGenerator:
             return OnePieceSession(), lambda finished: None
 
         # the sessions never ask for a forward: the engine is never called
-        return BatchScheduler(self.target_backend, max_batch, session, slope=0.0, queue_size=queue_size)
+        return BatchScheduler(self.target_backend, max_batch, session, queue_size=queue_size)
 
 
 @pytest.fixture(scope="module")

@@ -71,7 +71,7 @@ class ScriptedGenerator:
             self.requests += 1
             return ScriptedSession(list(self.script), self.finish_reason), lambda finished: None
 
-        return BatchScheduler(self.target_backend, max_batch, session, slope=0.0, queue_size=queue_size)
+        return BatchScheduler(self.target_backend, max_batch, session, queue_size=queue_size)
 
 
 def serve(**settings) -> Iterator[tuple[openai.OpenAI, ScriptedGenerator]]:

@@ -128,20 +128,19 @@ class BatchScheduler:
     `make_session(slot, request)` builds a request's session on slot `slot` of the engines and a
     callback for when it ends (the generator's `_batch_session`); `engine` is the target's engine,
     holding at least `max_batch` slots (`AnyPairGenerator.batch_scheduler` checks `max_batch` and
-    gives the engines their slots); `slope` prices rows (`row_share`); `draft_engine`: the draft
-    model's engine, whose measured step costs plan the batch's drafts (a `DraftCall` runs on its
-    slot's engine, this one or a user drafter's own); `costs`: what earlier
-    rounds on these engines measured (a generator keeps one for all its schedulers; None: a new
-    one); `slope` prices rows until the engine's rows are measured."""
+    gives the engines their slots); `costs`: the target's and the draft's cost models, fed by every
+    forward here and read by the batch's plan and the row shares (`row_share`) (a generator keeps
+    one for all its schedulers, its policies and ledger read them too; None: new ones);
+    `draft_engine`: the draft model's engine, whose costs those are (a `DraftCall` runs on its
+    slot's engine, this one or a user drafter's own); `queue_size`: see `submit`."""
 
-    def __init__(self, engine: ModelBackend, max_batch: int, make_session: SessionMaker, slope: float,
-                 draft_engine: Optional[ModelBackend] = None, costs: Optional[BatchCosts] = None,
+    def __init__(self, engine: ModelBackend, max_batch: int, make_session: SessionMaker,
+                 costs: Optional[BatchCosts] = None, draft_engine: Optional[ModelBackend] = None,
                  queue_size: Optional[int] = None) -> None:
         self.engine = engine
         self.draft_engine = draft_engine
         self.max_batch = max_batch
         self.make_session = make_session
-        self.slope = slope
         self.costs = costs if costs is not None else BatchCosts()
         # the one queue: requests wait here for a slot, at most `queue_size` beyond the free slots
         # (None: no bound); `submit` may come from another thread (the server's event loop)
@@ -207,7 +206,7 @@ class BatchScheduler:
             return
         seconds = time.perf_counter() - started
         self.costs.target.observe(sum(rows), seconds)
-        shares = row_share(seconds, rows, self._slope(sum(rows)))
+        shares = row_share(seconds, rows, self.costs.target.relative_slope(sum(rows)))
         self.rounds += 1
         advancing = [(active, logits) for (active, done), logits in zip(feeds, outputs) if done]
         self._plan_drafts([active for active, _ in advancing])
@@ -221,12 +220,6 @@ class BatchScheduler:
         for active, logits in advancing:
             self._advance(active, logits)
         self.costs.observe_request_work(len(advancing), time.perf_counter() - started)
-
-    def _slope(self, rows: int) -> float:
-        """What each row of a forward of `rows` rows adds, as a share of a one-row forward: measured
-        on the engine once it has run both sizes, the engine's declared figure until then."""
-        measured = self.costs.target.relative_slope(rows)
-        return self.slope if measured is None else measured
 
     def _plan_drafts(self, advancing: list[_Active]) -> None:
         """The whole batch's draft plan for the rounds the requests in `advancing` are about to draft
@@ -268,15 +261,16 @@ class BatchScheduler:
                 self._end(active, exc)
             return
         forward_s = time.perf_counter() - started
-        for active, logits, share, finished in zip(drafting, outputs, row_share(forward_s, rows, self._slope(sum(rows))),
-                                                   done):
+        costs = self.costs.draft if engine is self.draft_engine else None  # a user drafter's engine: unmeasured
+        slope = costs.relative_slope(sum(rows)) if costs is not None else 0.0
+        for active, logits, share, finished in zip(drafting, outputs, row_share(forward_s, rows, slope), done):
             active.call.charged_seconds += share
             if finished:
                 self._advance(active, logits)
         # a draft step costs the batch its forward and each request's work on its logits (picking,
         # translating): both grow with the requests drafting
-        if engine is self.draft_engine:
-            self.costs.draft.observe(sum(rows), time.perf_counter() - started)
+        if costs is not None:
+            costs.observe(sum(rows), time.perf_counter() - started)
 
     def _prompt_rows(self) -> Optional[int]:
         """Prompt rows this round reads over all requests (None: no bound). Alone, the engine's own

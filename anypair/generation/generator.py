@@ -18,6 +18,7 @@ from typing import Callable, Generator, Iterator, Optional, Sequence, Union
 
 import torch
 
+from anypair.backends.engines import verification_slope
 from anypair.drafters import uses_draft_model
 from anypair.drafters.base import DraftRequest, Drafter, NoDrafter
 from anypair.drafters.hybrid import HybridDrafter
@@ -35,7 +36,8 @@ from anypair.generation.options import (
     VerifierKind,
     plan_request,
 )
-from anypair.policies import ConstantLength, DraftLengthPolicy, StepCosts, draft_prompt_window, estimated_step_costs
+from anypair.policies import (ConstantLength, DraftLengthPolicy, StepCosts, TimedCosts, draft_prompt_window,
+                              estimated_step_costs)
 from anypair.policies.adaptive import PairMemory
 from anypair.policies.batch import BatchCosts
 from anypair.policies.ledger import DraftingHistory, DraftingLedger, LedgerDecision, RequestOutcome
@@ -172,9 +174,9 @@ class AnyPairGenerator:
         # a server's cap on one request's positions, and why (`limit_positions`); None: the context
         self._position_limit: Optional[int] = None
         self._position_limit_why = ""
-        # what the engines measured a forward of n rows to cost, for every scheduler of this
-        # generator: the batch's draft plan and prompt chunks read them (policies.batch)
-        self._batch_costs = BatchCosts()
+        # each engine's one cost model (a forward of n rows, measured by every scheduler of this
+        # generator): the length policies, the ledger, the batch's plan and row shares read them
+        self._batch_costs = BatchCosts(self._verify_slope(), verification_slope(self.draft) if self.draft else 0.0)
         self._pair = PairFacts(has_draft_model=self.draft is not None)
         self._grammar_compiler: Optional[GrammarCompiler] = None
 
@@ -256,7 +258,7 @@ class AnyPairGenerator:
             from anypair.drafters.lookup import PromptLookupDrafter
 
             return PromptLookupDrafter()
-        return HybridDrafter(self._model_drafter(sampling, noise, slot), verify_slope=self._verify_slope())
+        return HybridDrafter(self._model_drafter(sampling, noise, slot), verify_slope=self._batch_costs.target.relative_slope(4))
 
     @staticmethod
     def _verifier(kind: VerifierKind, sampling: SamplingConfig, noise: Optional[PositionNoise]) -> Verifier:
@@ -271,11 +273,8 @@ class AnyPairGenerator:
 
     def _verify_slope(self) -> float:
         """What each extra token scored in one pass adds to a target step, as a share of the step:
-        the target's engine's figure (`anypair.backends.engines`, each with its measurement). The
-        hybrid drafter and the drafting ledger price passes with it; the adaptive policy fits its
-        own line to the passes it times."""
-        from anypair.backends.engines import verification_slope
-
+        the target's engine's declared figure (`anypair.backends.engines`, each with its measurement),
+        the prior of its measured cost model and the timing-free estimate's slope."""
         return verification_slope(self.target)
 
     def _model_draft_costs(self) -> Optional[StepCosts]:
@@ -293,9 +292,9 @@ class AnyPairGenerator:
         """Forget what earlier requests measured of drafting (`skip_losing_drafts`' ledger, the pair's
         costs and calibration). Benchmarks call it after their untimed warm-up, whose short first
         request pays for allocations and would count as drafting that lost."""
-        for history in self._history.values():
+        for history in self._history.values():  # the engines' costs stay: they are about the engines
             history.ledger.forget()
-            history.memory = PairMemory()
+            history.memory = PairMemory(history.memory.costs)
 
     def plan(self, request: GenerationRequest) -> RequestPlan:
         """What would serve `request` on this generator: drafter, verifier and policy (nothing runs)."""
@@ -317,12 +316,19 @@ class AnyPairGenerator:
         finally:
             self._open_request = None
 
+    def _drafting_history(self, plan: RequestPlan, request: GenerationRequest) -> DraftingHistory:
+        key = (plan.drafter, request.sampling.do_sample)
+        if key not in self._history:  # the pair's step costs: the engines' own cost models
+            costs = TimedCosts(target=self._batch_costs.target, draft=self._batch_costs.draft)
+            self._history[key] = DraftingHistory(memory=PairMemory(costs))
+        return self._history[key]
+
     def _ledger(self, plan: RequestPlan, request: GenerationRequest) -> Optional[DraftingLedger]:
         """The ledger this request consults and feeds (None: it drafts as planned, unrecorded)."""
         if (not self.options.skip_losing_drafts or self.options.draft_length != "adaptive"
                 or plan.drafter == "none"):
             return None
-        return self._history.setdefault((plan.drafter, request.sampling.do_sample), DraftingHistory()).ledger
+        return self._drafting_history(plan, request).ledger
 
     def _session(self, request: GenerationRequest, slot: int) -> tuple[DecodeSession, Optional[_LedgerEntry]]:
         """The request's session on slot `slot` of the engines."""
@@ -344,9 +350,9 @@ class AnyPairGenerator:
         if decision.draft:
             drafter, policy = self._drafter(plan.drafter, sampling, noise, slot), plan.policy
             # the pair's costs and calibration, as earlier requests of this kind measured them
-            policy.remember(self._history.setdefault((plan.drafter, sampling.do_sample), DraftingHistory()).memory)
+            policy.remember(self._drafting_history(plan, request).memory)
         else:  # the ledger keeps the draft model off: prompt-lookup matches only
-            drafter, policy = HybridDrafter(None, verify_slope=self._verify_slope()), ConstantLength(0)
+            drafter, policy = HybridDrafter(None, verify_slope=self._batch_costs.target.relative_slope(4)), ConstantLength(0)
         messages = list(request.messages) if request.messages is not None else None
         tools = list(request.tools) if request.tools is not None else None
         draft_request = DraftRequest(target_ids, prompt=request.prompt, messages=messages, tools=tools)
@@ -396,10 +402,11 @@ class AnyPairGenerator:
         stats = session.result.stats
         if stats.draft_rounds == 0:  # the batch kept drafting off (under load): nothing learnt about drafting
             return
+        target = self._batch_costs.target
         outcome = RequestOutcome.measure(
             stats.new_tokens, stats.time_prefill_s,
             stats.time_drafting_s + stats.time_translating_s + stats.time_verifying_s,
-            session.verify_passes, self._verify_slope())
+            target.seconds(1) if target.known else None)
         if outcome is not None:
             entry.ledger.record(outcome, entry.decision.exploring)
 
@@ -547,8 +554,8 @@ class AnyPairGenerator:
         for backend in [self.target_backend, *drafting]:
             if backend.slots < max_batch:
                 backend.set_slots(max_batch)
-        return BatchScheduler(self.target_backend, max_batch, self._batch_session, self._verify_slope(),
-                              draft_engine=self.draft_backend, costs=self._batch_costs, queue_size=queue_size)
+        return BatchScheduler(self.target_backend, max_batch, self._batch_session, costs=self._batch_costs,
+                              draft_engine=self.draft_backend, queue_size=queue_size)
 
     def _batch_session(self, slot: int, request: GenerationRequest
                        ) -> tuple[DecodeSession, Callable[[DecodeSession], None]]:

@@ -109,8 +109,6 @@ class DecodeSession:
         self.request = request
         self.stats = GenerationStats(prompt_tokens=len(request.target_prompt_ids),
                                      drafting_skipped=request.drafting_skipped)
-        # (tokens scored, seconds) of every verification pass: what the target's own step cost here
-        self.verify_passes: list[tuple[int, float]] = []
         self.generated: list[int] = []
         self.text = TextAssembler(request.stop_strings)
         # log-probabilities of the emitted tokens (when asked for), and those not yet in a yielded piece
@@ -352,7 +350,6 @@ class DecodeSession:
         self.target.crop(cached + 1 + outcome.n_accepted)
         verify_s = time.perf_counter() + outside - t1
         stats.time_verifying_s += verify_s
-        self.verify_passes.append((1 + len(proposal), verify_s))
         stats.batch_size_sum += call.batch_size
         stats.rows_sum += call.rows or len(call.ids)
         stats.batch_size_max = max(stats.batch_size_max, call.batch_size)

@@ -13,9 +13,10 @@ Across requests, `ledger.DraftingLedger` remembers whether drafting paid on a ge
 requests; only when it lost on most of many of them does the generator run requests without the
 draft model (prompt-lookup matches only), exploring now and then.
 Within a batch (requests sharing each forward), `batch.plan_batch_drafts` caps every request's length
-(to none under load) from the row costs measured on the running engines (`batch.RowCosts`).
+(to none under load) from the costs measured on the running engines.
 
-Parts: `costs` (the CostModel interface: `TimedCosts`, `FixedCosts`), `acceptance`
+Parts: `costs` (`EngineCosts`, the one cost model of an engine, measured by the scheduler; the
+CostModel interface the length policies read: `TimedCosts` on the engines' costs, `FixedCosts`), `acceptance`
 (`AcceptanceEstimate`), `probes` (`ProbeSchedule`). `POLICIES` is the one list of the policies'
 names (the CLI's --draft-length, the options' check and `make_policy` read it); `make_policy`
 builds one from a name and `num_draft_tokens`.
@@ -31,8 +32,8 @@ from anypair.policies.confidence_stop import ConfidenceCalibration, ConfidenceSt
 from anypair.policies.constant import ConstantLength
 from anypair.policies.costs import (
     CostModel,
+    EngineCosts,
     FixedCosts,
-    LinearCost,
     StepCosts,
     TimedCosts,
     draft_prompt_window,
@@ -40,7 +41,7 @@ from anypair.policies.costs import (
 )
 from anypair.policies.expected_rate import ExpectedRateLength, best_length
 from anypair.policies.heuristic import HeuristicLength
-from anypair.policies.ledger import DraftingLedger, LedgerDecision, RequestOutcome, target_step_estimate
+from anypair.policies.ledger import DraftingLedger, LedgerDecision, RequestOutcome
 from anypair.policies.probes import ProbeSchedule
 from anypair.types import RoundFeedback
 
@@ -73,7 +74,7 @@ def make_policy(spec: Union[str, DraftLengthPolicy], num_draft_tokens: Optional[
 __all__ = [
     "AcceptanceEstimate", "AdaptiveLength", "ConfidenceCalibration", "ConfidenceStopLength", "ConstantLength",
     "CostModel", "DraftingLedger", "DraftLengthPolicy", "ExpectedRateLength", "FixedCosts", "HeuristicLength",
-    "LedgerDecision", "LinearCost", "POLICIES",
+    "LedgerDecision", "EngineCosts", "POLICIES",
     "ProbeSchedule", "RequestOutcome", "RoundFeedback", "StepCosts", "TimedCosts", "best_length",
-    "draft_prompt_window", "estimated_step_costs", "make_policy", "target_step_estimate",
+    "draft_prompt_window", "estimated_step_costs", "make_policy",
 ]

@@ -2,9 +2,9 @@
 draft tokens each may propose (down to none), and how many rows of a joining prompt a round reads.
 
 A request's own policy prices a round as if it ran alone. Beside others its rows are no longer
-nearly free: a forward of n rows costs what the running engine measured for n rows (`RowCosts`,
-fed by every shared forward, never a constant: the kernels change under it), and a draft step of
-every drafting request is one more shared forward of the draft's engine. `plan_batch_drafts` picks
+nearly free: a forward of n rows costs what the running engine measured for n rows (its
+`policies.costs.EngineCosts`, fed by every forward, never a constant: the kernels change under
+it), and a draft step of every drafting request is one more shared forward of the draft's engine. `plan_batch_drafts` picks
 the one cap on the draft length that gives the batch the most expected tokens per second of a
 round (each request keeps its own length below the cap); 0 turns drafting off under load, and each
 response's statistics say so.
@@ -20,66 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from anypair.policies.costs import EngineCosts
+
 #: a round that reads a joining prompt gives the decoding requests' rows at most this share of its
 #: time, so the prompt is read at (1 - share) of its speed alone: 0.25 keeps the joining request's
 #: first token within ~1.33x of its time alone
 DECODE_SHARE_WHILE_READING = 0.25
-
-
-class RowCosts:
-    """Seconds of one forward by its number of rows, as measured on the running engine: a smoothed
-    figure per row count seen, and between two counts the line through them. Past the largest count
-    seen a row costs what the last segment's rows cost; below the smallest, the first segment's line
-    carries on down (never below the smallest's share per row). With one count only, a forward
-    costs its share per row: the dearest guess for more rows and the cheapest for fewer, so the
-    batch tries the smaller forward and measures it."""
-
-    def __init__(self, smoothing: float = 0.3) -> None:
-        if not 0 < smoothing <= 1:
-            raise ValueError(f"smoothing must be in (0, 1], got {smoothing}")
-        self.smoothing = smoothing
-        self._seconds: dict[int, float] = {}
-
-    @property
-    def known(self) -> bool:
-        return bool(self._seconds)
-
-    def observe(self, rows: int, seconds: float) -> None:
-        if rows < 1 or not seconds > 0:
-            return
-        old = self._seconds.get(rows)
-        self._seconds[rows] = seconds if old is None else (1 - self.smoothing) * old + self.smoothing * seconds
-
-    def seconds(self, rows: float) -> float:
-        """What a forward of `rows` rows costs (needs `known`)."""
-        if not self._seconds:
-            raise ValueError("RowCosts: nothing measured yet")
-        counts = sorted(self._seconds)
-        if len(counts) == 1:
-            return self._seconds[counts[0]] * rows / counts[0]
-        if rows <= counts[0]:
-            low, high = counts[0], counts[1]
-            per_row = max(0.0, (self._seconds[high] - self._seconds[low]) / (high - low))
-            return max(self._seconds[low] - per_row * (low - rows), self._seconds[low] * rows / low)
-        for low, high in zip(counts, counts[1:]):
-            if rows <= high:
-                share = (rows - low) / (high - low)
-                return self._seconds[low] + share * (self._seconds[high] - self._seconds[low])
-        last, before = counts[-1], counts[-2]
-        per_row = max(0.0, (self._seconds[last] - self._seconds[before]) / (last - before))
-        return self._seconds[last] + per_row * (rows - last)
-
-    def row(self, rows: float) -> float:
-        """What one more row adds to a forward of `rows` rows."""
-        return max(0.0, self.seconds(rows + 1) - self.seconds(rows))
-
-    def relative_slope(self, rows: int) -> Optional[float]:
-        """A forward of `rows` rows costs a one-row forward times (1 + slope (rows - 1)): the slope
-        measured here (None: not measured at both sizes yet)."""
-        if rows <= 1 or 1 not in self._seconds or max(self._seconds) < 2:
-            return None
-        one = self._seconds[1]
-        return max(0.0, (self.seconds(rows) / one - 1.0) / (rows - 1))
 
 
 @dataclass(frozen=True)
@@ -106,7 +52,7 @@ def expected_tokens(acceptance: float, k: int) -> float:
     return (1 - a ** (k + 1)) / (1 - a)
 
 
-def plan_batch_drafts(requests: Sequence[DraftingRequest], target: RowCosts, draft: RowCosts,
+def plan_batch_drafts(requests: Sequence[DraftingRequest], target: EngineCosts, draft: EngineCosts,
                       overhead_s: float = 0.0, reading_prompt: bool = False) -> BatchDraftPlan:
     """The cap K on every request's draft length that gives the most expected tokens per second of
     a round: a round of cap K scores sum(1 + min(wanted, K)) rows in one target forward and runs K
@@ -147,7 +93,7 @@ def plan_batch_drafts(requests: Sequence[DraftingRequest], target: RowCosts, dra
     return BatchDraftPlan(best_cap, f"drafts capped at {best_cap} tokens under load: {measured}")
 
 
-def prompt_rows(decode_rows: int, target: RowCosts, overhead_s: float, smallest: int, largest: int) -> int:
+def prompt_rows(decode_rows: int, target: EngineCosts, overhead_s: float, smallest: int, largest: int) -> int:
     """Rows of a joining prompt one round reads beside `decode_rows` rows of decoding requests (whose
     own work between forwards measured `overhead_s`): the fewest, in steps of `smallest` (the
     engine's own piece: a prompt alone is read that fast), for which what the decoding requests add
@@ -170,9 +116,10 @@ class BatchCosts:
     (the forward and each request's work on its logits), and each request's own work between two
     target forwards (verifying, committing, streaming: paid once a round whatever the draft length)."""
 
-    def __init__(self) -> None:
-        self.target = RowCosts()
-        self.draft = RowCosts()
+    def __init__(self, target_slope: float = 0.0, draft_slope: float = 0.0) -> None:
+        """`target_slope`, `draft_slope`: the engines' declared slopes, their cost models' priors."""
+        self.target = EngineCosts(prior_slope=target_slope)
+        self.draft = EngineCosts(prior_slope=draft_slope)
         self._request_s: Optional[float] = None
 
     def observe_request_work(self, requests: int, seconds: float) -> None:

@@ -1,8 +1,13 @@
-"""Cost models: what one draft step and one verification pass cost, for policies that weigh a
-round's expected gain against its cost. One small interface, two sources:
+"""Cost models: what a forward of an engine costs, and what one draft step and one verification
+pass cost for policies that weigh a round's expected gain against its cost.
 
-- `TimedCosts`: measured seconds (the drafter's own step timing, a line fitted to verification
-  times: verification is not flat in the tokens scored on CPUs);
+- `EngineCosts`: THE cost model of one engine: seconds of a forward by its rows, as measured on the
+  running engine (the batch scheduler feeds it every forward), the engine's declared slope its prior
+  until two sizes are measured. A generator keeps one for its target and one for its draft; the
+  length policy (through `TimedCosts`), the ledger, the batch plan and each request's share of a
+  shared forward all read these two.
+- `TimedCosts`: the policy's view of the two engines' `EngineCosts` (by hand, without a scheduler,
+  the rounds' own timings feed private ones);
 - `FixedCosts`: a line fixed in advance (e.g. from the models' sizes, `estimated_step_costs`), in
   units of one single-token target step: rounds planned the same way on a busy machine as on an idle
   one, for comparing drafters without timing noise and for tests that pin a decision on given costs.
@@ -124,87 +129,113 @@ class FixedCosts(CostModel):
         return steps * self.costs.draft_step + self.verify(feedback.proposed + 1)
 
 
-class LinearCost:
-    """cost(n) = base + per_item * n, fitted online by exponentially weighted least squares.
+class EngineCosts:
+    """Seconds of one forward of an engine by its number of rows, as measured on the running engine:
+    a smoothed figure per row count seen, and between two counts the line through them. Past the
+    largest count seen a row costs what the last segment's rows cost; below the smallest, the first
+    segment's line carries on down (never below the smallest's share per row). With one count only,
+    the line through it at `prior_slope`. Verification is not flat in the rows
+    scored on a CPU (4 rows measured 1.1-1.9x one on the kernels here): a flat model asks for drafts
+    that cannot pay. `prior_slope`: what each row adds, as a share of a one-row forward, until
+    both one row and more are measured (the engine's declared figure, `backends.engines`)."""
 
-    Verification is not flat in the number of tokens scored: on a CPU in fp32 scoring 4 tokens
-    measured ~1.9x one token (skinny kernel) and ~3.7x (torch's kernel). A flat-cost model then
-    asks for long drafts that cannot pay.
-    """
-
-    def __init__(self, smoothing: float = 0.2) -> None:
+    def __init__(self, smoothing: float = 0.3, prior_slope: float = 0.0) -> None:
+        if not 0 < smoothing <= 1:
+            raise ValueError(f"smoothing must be in (0, 1], got {smoothing}")
         self.smoothing = smoothing
-        self.n = self.x = self.y = self.xx = self.xy = 0.0
-
-    def add(self, items: float, seconds: float) -> None:
-        if self.n == 0:
-            self.n, self.x, self.y, self.xx, self.xy = 1.0, items, seconds, items * items, items * seconds
-            return
-        keep = 1 - self.smoothing
-        self.n = keep * self.n + self.smoothing
-        self.x = keep * self.x + self.smoothing * items
-        self.y = keep * self.y + self.smoothing * seconds
-        self.xx = keep * self.xx + self.smoothing * items * items
-        self.xy = keep * self.xy + self.smoothing * items * seconds
+        self.prior_slope = prior_slope
+        self._seconds: dict[int, float] = {}
 
     @property
     def known(self) -> bool:
-        return self.n > 0
+        return bool(self._seconds)
 
-    def slope(self) -> float:
-        mean_x, mean_y = self.x / self.n, self.y / self.n
-        variance = self.xx / self.n - mean_x * mean_x
-        if variance < 0.25:  # all observations at about one size: no slope to learn yet
-            return 0.0
-        return max(0.0, (self.xy / self.n - mean_x * mean_y) / variance)
+    def measured(self, rows: int) -> bool:
+        """Whether a forward of exactly `rows` rows has been timed."""
+        return rows in self._seconds
 
-    def __call__(self, items: float) -> float:
-        mean_x, mean_y = self.x / self.n, self.y / self.n
-        return max(1e-6, mean_y + self.slope() * (items - mean_x))
+    def observe(self, rows: int, seconds: float) -> None:
+        if rows < 1 or not seconds > 0:
+            return
+        old = self._seconds.get(rows)
+        self._seconds[rows] = seconds if old is None else (1 - self.smoothing) * old + self.smoothing * seconds
+
+    def seconds(self, rows: float) -> float:
+        """What a forward of `rows` rows costs (needs `known`)."""
+        if not self._seconds:
+            raise ValueError("EngineCosts: nothing measured yet")
+        counts = sorted(self._seconds)
+        if len(counts) == 1:  # one count: the prior's line through it
+            only = counts[0]
+            return self._seconds[only] * (1 + self.prior_slope * (rows - 1)) / (1 + self.prior_slope * (only - 1))
+        if rows <= counts[0]:
+            low, high = counts[0], counts[1]
+            per_row = max(0.0, (self._seconds[high] - self._seconds[low]) / (high - low))
+            return max(self._seconds[low] - per_row * (low - rows), self._seconds[low] * rows / low)
+        for low, high in zip(counts, counts[1:]):
+            if rows <= high:
+                share = (rows - low) / (high - low)
+                return self._seconds[low] + share * (self._seconds[high] - self._seconds[low])
+        last, before = counts[-1], counts[-2]
+        per_row = max(0.0, (self._seconds[last] - self._seconds[before]) / (last - before))
+        return self._seconds[last] + per_row * (rows - last)
+
+    def row(self, rows: float) -> float:
+        """What one more row adds to a forward of `rows` rows."""
+        return max(0.0, self.seconds(rows + 1) - self.seconds(rows))
+
+    def relative_slope(self, rows: int) -> float:
+        """A forward of `rows` rows costs a one-row forward times (1 + slope (rows - 1)): the slope
+        measured here, the prior until one row and more have both been timed."""
+        if rows <= 1 or 1 not in self._seconds or max(self._seconds) < 2:
+            return self.prior_slope
+        return max(0.0, (self.seconds(rows) / self._seconds[1] - 1.0) / (rows - 1))
 
 
 class TimedCosts(CostModel):
-    """Seconds as measured: a smoothed draft step and a fitted verification line."""
+    """Seconds as measured on the engines: a verification pass of n rows is the target's `EngineCosts`
+    for n rows, a draft step the draft's for one row (the drafter's own report until the draft's
+    engine has timed a one-row step). A generator's policies read the engines' costs its scheduler
+    feeds; made by hand (`target`/`draft` None), the rounds' own timings feed private ones."""
 
-    def __init__(self, smoothing: float = 0.3) -> None:
+    def __init__(self, smoothing: float = 0.3, target: Optional[EngineCosts] = None,
+                 draft: Optional[EngineCosts] = None) -> None:
         self.smoothing = smoothing
-        self.reset()
+        self._fed_by_rounds = target is None  # no scheduler times the forwards: the rounds do
+        self.target = target if target is not None else EngineCosts(smoothing)
+        self.draft = draft if draft is not None else EngineCosts(smoothing)
+        self._reported_step: Optional[float] = None
 
     def reset(self) -> None:
-        self._draft_step: Optional[float] = None
-        # the drafter's latest own estimate of a step; it stands until the drafter reports again
-        self._reported_step: Optional[float] = None
-        self._verify = LinearCost()
+        """New request: what was measured of the engines stays (it is about them, not the request)."""
 
     @property
     def known(self) -> bool:
-        return self._verify.known
+        return self.target.known
 
     def draft_step(self) -> Optional[float]:
-        return self._draft_step
+        return self.draft.seconds(1) if self.draft.measured(1) else self._reported_step
 
     def verify(self, n_scored: float) -> float:
-        return self._verify(n_scored)
+        return self.target.seconds(n_scored)
 
     def verify_slope(self) -> float:
-        return self._verify.slope()
+        """Seconds each extra row adds, over the drafts' usual lengths (1 to 5 rows)."""
+        return max(0.0, (self.target.seconds(5) - self.target.seconds(1)) / 4)
 
     def round_cost(self, feedback: RoundFeedback) -> float:
         # the draft's catch-up read after a pause is what pausing cost, not what this round's drafting costs
         return feedback.draft_seconds - feedback.catch_up_seconds + feedback.verify_seconds
 
     def observe(self, feedback: RoundFeedback) -> None:
-        if feedback.draft_steps:
-            self._reported_step = feedback.draft_step_seconds
-            step = self._reported_step
-            if step is None:  # a drafter that does not time its steps: the round's time spread over them
-                step = feedback.draft_seconds / feedback.draft_steps
-        else:
-            # a round that did not draft measured no step, but the drafter's estimate still holds:
-            # counting it keeps the smoothed value where the drafter's own measurements put it
-            step = self._reported_step
+        step = feedback.draft_step_seconds
+        if feedback.draft_steps and step is None:  # a drafter that does not time its steps: spread the round's
+            step = feedback.draft_seconds / feedback.draft_steps
         if step:
-            s = self.smoothing
-            self._draft_step = step if self._draft_step is None else (1 - s) * self._draft_step + s * step
+            self._reported_step = step
+        if not self._fed_by_rounds:
+            return
+        if feedback.draft_steps and step:
+            self.draft.observe(1, step)
         if feedback.verify_seconds > 0:
-            self._verify.add(feedback.proposed + 1, feedback.verify_seconds)
+            self.target.observe(feedback.proposed + 1, feedback.verify_seconds)

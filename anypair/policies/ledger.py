@@ -11,7 +11,8 @@ with the default pair it ran the target alone on 6, including prompts where draf
 its tokens.)
 
 Terms, per request that drafted:
-- *target step*: the target's single-token pass, measured in that request (`target_step_estimate`);
+- *target step*: the target's single-token pass, as its engine's cost model measured it
+  (`policies.costs.EngineCosts`, fed by the scheduler);
 - *saving*: (new tokens - 1) target steps, what the target alone would have spent after its first
   token, minus what the request spent there: the draft's prompt read, drafting, translating and
   verifying. Negative when drafting made the request slower;
@@ -31,25 +32,11 @@ same text whatever ran before it.
 """
 from __future__ import annotations
 
-import statistics
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Optional
 
 from anypair.policies.adaptive import PairMemory
-
-
-def target_step_estimate(passes: Sequence[tuple[int, float]], verify_slope: float) -> Optional[float]:
-    """The target's single-token step from a request's scoring passes (`(tokens scored, seconds)`):
-    the median of its single-token passes when it has two or more (rounds that did not draft),
-    else each pass scaled down by the engine's known slope (a pass of n tokens costs about
-    1 + verify_slope x (n - 1) steps) and the median of those. None without passes."""
-    single = [seconds for scored, seconds in passes if scored == 1]
-    if len(single) >= 2:
-        return statistics.median(single)
-    if not passes:
-        return None
-    return statistics.median(seconds / (1 + verify_slope * (scored - 1)) for scored, seconds in passes)
 
 
 @dataclass(frozen=True)
@@ -65,9 +52,10 @@ class RequestOutcome:
 
     @classmethod
     def measure(cls, new_tokens: int, prefill_s: float, spent_after_first_token_s: float,
-                passes: Sequence[tuple[int, float]], verify_slope: float) -> Optional[RequestOutcome]:
-        """From a finished request: None when it says nothing (no round ran)."""
-        step = target_step_estimate(passes, verify_slope)
+                target_step_s: Optional[float]) -> Optional[RequestOutcome]:
+        """From a finished request and the target's one-row step (its engine's measured cost, None:
+        not measured): None when it says nothing (no round ran)."""
+        step = target_step_s
         if step is None or new_tokens < 2:
             return None
         plain_decode_s = (new_tokens - 1) * step
