@@ -49,9 +49,10 @@ def test_a_reduced_heads_rows_are_the_full_heads_bitwise_and_the_rest_minus_inf(
     assert torch.equal(backend.extend(ids[-1:]), full[-1])
 
 
-def test_the_default_draft_has_a_table_and_the_env_variable_sets_its_size(monkeypatch):
+def test_the_env_variable_sets_the_draft_heads_size(monkeypatch):
     from anypair.backends.reduced_head import DEFAULT_DRAFT_HEAD_ROWS, HEAD_ROWS_ENV, draft_head_rows
 
+    monkeypatch.delenv(HEAD_ROWS_ENV, raising=False)
     assert draft_head_rows() == DEFAULT_DRAFT_HEAD_ROWS
     monkeypatch.setenv(HEAD_ROWS_ENV, "full")
     assert draft_head_rows() is None
@@ -59,14 +60,15 @@ def test_the_default_draft_has_a_table_and_the_env_variable_sets_its_size(monkey
     assert draft_head_rows() == 8192
 
 
-def test_greedy_output_with_the_reduced_draft_head_is_the_targets_own(zoo_fetch):
-    from anypair.backends.reduced_head import DEFAULT_DRAFT_HEAD_ROWS
+def test_greedy_output_with_the_reduced_draft_head_is_the_targets_own(zoo_fetch, monkeypatch):
+    from anypair.backends.reduced_head import HEAD_ROWS_ENV
     from anypair.generation.generator import AnyPairGenerator
 
+    monkeypatch.setenv(HEAD_ROWS_ENV, "4096")  # small, so that the draft meets tokens outside its head
     gen = AnyPairGenerator(QWEN05, SMOL, threads=2, engine="gguf", draft_engine="gguf", num_draft_tokens=4,
                            draft_length="constant", skip_losing_drafts=False)
     head = gen.draft.backend.reduced_head
-    assert head is not None and len(head.ids) == DEFAULT_DRAFT_HEAD_ROWS  # SmolLM2's vocabulary has a table
+    assert head is not None and len(head.ids) == 4096  # SmolLM2's vocabulary has a table
     for prompt in ("def fibonacci(n):", "Write a Python function that reverses a string."):
         drafted = gen.generate(prompt, max_new_tokens=24)
         alone = gen.generate(prompt, max_new_tokens=24, assisted=False)

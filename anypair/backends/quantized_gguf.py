@@ -540,7 +540,7 @@ def load_gguf_member(spec: ModelSpec, *, role: str, options: LoadOptions):
     gguf = member_gguf(spec, "gguf")
     tokenizer, generation = gguf_tokenizer(spec, gguf)
     backend = QuantizedGGUFBackend(gguf, name=f"{role} {spec}", threads=options.threads, context=options.context)
-    if role == "draft":  # the draft's head over its most frequent tokens, where its vocabulary has a table
+    if role == "draft":  # the draft's head over its most frequent tokens, where asked for (ANYPAIR_DRAFT_HEAD)
         from anypair.backends.reduced_head import restrict_draft_head
 
         restrict_draft_head(backend, tokenizer)
