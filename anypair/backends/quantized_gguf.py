@@ -327,6 +327,28 @@ class QuantizedGGUFBackend(ModelBackend):
                           rope_halves=shape.rope_pairs == "halves", activation=shape.activation,
                           attn_scale=shape.attn_scale or None, attn_softcap=shape.attn_softcap)
 
+    # -- a head over part of the vocabulary (drafts: backends/reduced_head.py) ----------------------
+
+    #: the kept rows' head while restricted, else None (the full head)
+    reduced_head = None
+
+    def restrict_head(self, token_ids: Optional[Sequence[int]]) -> None:
+        """Score only `token_ids` from now on (their logits bitwise the full head's, -inf for every
+        other token), or the full head again with None. For a draft: see backends/reduced_head.py."""
+        from anypair.backends.reduced_head import ReducedHead
+
+        if token_ids is None or len(set(token_ids)) >= self.vocab_size:
+            self.reduced_head = None
+            return
+        self.reduced_head = ReducedHead(self.head.weights[0], token_ids, self.vocab_size)
+
+    @property
+    def head_bytes(self) -> int:
+        """Bytes a step's head reads (the kept rows only while restricted)."""
+        if self.reduced_head is not None:
+            return self.reduced_head.nbytes
+        return sum(w.nbytes for w in self.head.weights)
+
     # -- where a forward's time goes (`anypair bench --roofline`) ---------------------------------
 
     def start_profile(self) -> None:
@@ -453,9 +475,15 @@ class QuantizedGGUFBackend(ModelBackend):
             return [None] * len(calls)
         t0 = time.perf_counter() if profile is not None else 0.0
         chosen = x if len(picked) == x.shape[0] else x[torch.tensor(picked)]
-        logits = self.head(rmsnorm(chosen.contiguous(), self.output_norm, self.shape.rms_eps), self.threads)[0]
-        if self.shape.final_softcap:  # elementwise: each row's bits whatever rows share the call
-            softcap(logits, self.shape.final_softcap)
+        normed = rmsnorm(chosen.contiguous(), self.output_norm, self.shape.rms_eps)
+        # elementwise: each row's bits whatever rows share the call
+        cap = (lambda t: softcap(t, self.shape.final_softcap)) if self.shape.final_softcap else None
+        if self.reduced_head is not None:
+            logits = self.reduced_head.logits(normed, self.threads, cap)
+        else:
+            logits = self.head(normed, self.threads)[0]
+            if cap is not None:
+                cap(logits)
         if profile is not None:
             profile["head"] += time.perf_counter() - t0
         outputs: list[Optional[torch.Tensor]] = []
@@ -486,6 +514,10 @@ def load_gguf_member(spec: ModelSpec, *, role: str, options: LoadOptions):
     gguf = member_gguf(spec, "gguf")
     tokenizer, generation = gguf_tokenizer(spec, gguf)
     backend = QuantizedGGUFBackend(gguf, name=f"{role} {spec}", threads=options.threads, context=options.context)
+    if role == "draft":  # the draft's head over its most frequent tokens, where asked for (ANYPAIR_DRAFT_HEAD)
+        from anypair.backends.reduced_head import restrict_draft_head
+
+        restrict_draft_head(backend, tokenizer)
     choice = EngineChoice("gguf", "/".join(backend.weight_types),
                           f"the GGUF's blocks on anypair's batch-invariant {simd_level()} kernels, "
                           "activations int8 per row")

@@ -62,7 +62,10 @@ def step_bytes_and_macs(backend, context: int, k: int) -> tuple[int, int]:
     """Bytes a k-token step reads (every weight matrix once, the head, each layer's KV up to the
     context) and the int8 multiply-adds its linears perform."""
     shape = backend.shape
-    matrices = [w for layer in backend.layers for w in layer.matrices] + list(backend.head.weights)
+    # a draft's reduced head (backends/reduced_head.py) reads its kept rows only
+    head = [backend.reduced_head.weight] if getattr(backend, "reduced_head", None) is not None \
+        else list(backend.head.weights)
+    matrices = [w for layer in backend.layers for w in layer.matrices] + head
     weight_bytes = sum(w.nbytes for w in matrices)
     kv_bytes = shape.layers * shape.kv_heads * shape.head_dim * 2 * 2 * (context + k)  # fp16 K and V
     macs = k * sum(w.rows * w.cols for w in matrices if w.type_name not in ("F32", "F16"))
