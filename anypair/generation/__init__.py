@@ -11,10 +11,18 @@ Glossary (one name per concept):
   loop its decoding part is a `DecodeRequest`, and what a drafter may know of it a `DraftRequest`.
 - *session*: one request's loop on one slot (`DecodeSession`).
 - *engine*: what runs a model's forwards (`backends.engines.Engine`: "gguf", "llama.cpp", "torch");
-  a *backend* is one loaded model on an engine (`ModelBackend`), a *slot* one sequence it holds.
-- *prefill*: reading the prompt into the KV cache (the session's first `TargetCall`).
+  a *backend* is one loaded model on an engine (`ModelBackend`: it owns the forwards, `forward_rows`),
+  a *slot* one sequence it holds (`backends.base.Slot`: its length and crop, nothing else). A session
+  and its drafter hold slots; the scheduler alone runs forwards, the draft's included (`DraftCall`).
+- *queue*: the scheduler's `waiting` requests (bounded; the server's worker only runs rounds);
+  *cancel*: a request's sink says `cancelled()`, and the scheduler drops it at its next look.
+- *cost model*: `policies.costs.EngineCosts`, one per engine (a forward's seconds by its rows), fed
+  by the scheduler; the length policy, the ledger, the batch plan and row shares read it.
+- *prefill*: reading the prompt into the KV cache (the session's first `TargetCall`); the draft's
+  prompt read is its first `DraftCall`'s feed.
 - *round*: one proposal, verified in one target forward, and the tokens it commits.
 - *draft length*: the draft steps a round may run (the policy's `next_length()`); 0 drafts nothing.
-- *verification slope*: what each extra row of a target forward adds, as a share of a one-row step.
+- *verification slope*: what each extra row of a target forward adds, as a share of a one-row step
+  (the engine's declared figure is its cost model's prior, `EngineCosts.relative_slope`).
 - *ledger*: what drafting saved across requests (`policies.ledger`); *policy*: within a request.
 """
