@@ -150,6 +150,18 @@ def test_generate_many_refuses_bad_input_in_one_line(pair):
         pair.generate_many(["a", "b"], logprobs=99)
 
 
+def test_stream_takes_generates_arguments_through_one_check(pair):
+    """stream() forwards generate()'s arguments to the one request builder: a typo is one line naming
+    it, and its signature (help(), editors) is generate()'s."""
+    import inspect
+
+    from anypair.errors import InputError
+
+    with pytest.raises(InputError, match=r"stream\(\) got unexpected arguments \['max_token'\]"):
+        pair.stream("a", max_token=4)
+    assert list(inspect.signature(pair.stream).parameters) == list(inspect.signature(pair.generate).parameters)
+
+
 def test_generate_many_takes_every_argument_generate_takes(pair):
     """Log-probabilities, a logit bias, penalties and stop strings reach every request of the batch, and
     each result is what `generate` returns for it alone; results come back, nothing is stashed."""

@@ -475,36 +475,30 @@ class AnyPairGenerator:
         `presence_penalty` (-2 to 2): OpenAI's penalties on generated tokens, the same way. The default of
         128 bounds a library call's time; `anypair generate` asks for `room_for_new_tokens` instead, so
         an answer ends where the model ends it."""
-        request = GenerationRequest.of(
-            prompt, messages=messages, max_new_tokens=max_new_tokens, stop=stop, do_sample=do_sample,
-            temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, assisted=assisted, ignore_eos=ignore_eos,
-            logprobs=logprobs, grammar=grammar, tools=tools, logit_bias=logit_bias,
-            frequency_penalty=frequency_penalty, presence_penalty=presence_penalty)
-        stream = TextStream(self._one_request("a generate() call", request))
+        arguments = {name: value for name, value in locals().items() if name not in ("self", "prompt")}
+        stream = TextStream(self._one_request("a generate() call", self._request(prompt, arguments, "generate")))
         for _ in stream:
             pass
         assert stream.result is not None
         return stream.result
 
-    def stream(self, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
-               max_new_tokens: int = 128, stop: Union[str, Sequence[str], None] = None,
-               do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-               seed: Optional[int] = None, assisted: bool = True, ignore_eos: bool = False,
-               logprobs: Optional[int] = None, grammar: Optional[Grammar] = None,
-               tools: Optional[Sequence[dict]] = None, logit_bias: Optional[dict[int, float]] = None,
-               frequency_penalty: float = 0.0, presence_penalty: float = 0.0) -> TextStream:
+    def stream(self, prompt: Optional[str] = None, **arguments) -> TextStream:
         """Text as soon as each token is verified: iterate the returned `TextStream`; its `result`
-        holds the full `GenerationResult` once it is exhausted. The arguments are checked here, before
-        the first chunk.
+        holds the full `GenerationResult` once it is exhausted. It takes `generate()`'s arguments
+        (its signature is generate's), checked here, before the first chunk.
 
         From its first chunk until it is exhausted, closed (`.close()`) or dropped, the stream owns
         this generator: another request meanwhile raises InputError instead of corrupting it."""
-        request = GenerationRequest.of(
-            prompt, messages=messages, max_new_tokens=max_new_tokens, stop=stop, do_sample=do_sample,
-            temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, assisted=assisted, ignore_eos=ignore_eos,
-            logprobs=logprobs, grammar=grammar, tools=tools, logit_bias=logit_bias,
-            frequency_penalty=frequency_penalty, presence_penalty=presence_penalty)
-        return TextStream(self._one_request("an open stream", request))
+        return TextStream(self._one_request("an open stream", self._request(prompt, arguments, "stream")))
+
+    @staticmethod
+    def _request(prompt: Optional[str], arguments: dict, door: str) -> GenerationRequest:
+        """The typed request of a call at `door` with `generate()`'s arguments (an unknown one: one line)."""
+        unknown = sorted(set(arguments) - set(GenerationRequest.arguments()))
+        if unknown:
+            raise InputError(f"{door}() got unexpected arguments {unknown}: it takes generate()'s "
+                             f"({', '.join(GenerationRequest.arguments())})")
+        return GenerationRequest.of(prompt, **arguments)
 
     def _one_request(self, what: str, request: GenerationRequest) -> Generator[str, None, GenerationResult]:
         """A request as a batch of one: its text as it is verified, its result at the end. `what`
@@ -575,18 +569,14 @@ class AnyPairGenerator:
         checked before anything runs."""
         if (prompts is None) == (messages is None):
             raise InputError("generate_many needs prompts=[...] or messages=[conversation, ...], not both")
-        unknown = sorted(set(arguments) - set(inspect.signature(self.generate).parameters))
-        if unknown:
-            raise InputError(f"generate_many got unexpected arguments {unknown}: it takes generate()'s")
         items = list(prompts if prompts is not None else messages)
         lengths = [max_new_tokens] * len(items) if isinstance(max_new_tokens, int) else list(max_new_tokens)
         seeds = list(seed) if isinstance(seed, (list, tuple)) else [seed] * len(items)
         if len(lengths) != len(items) or len(seeds) != len(items):
             raise InputError(f"max_new_tokens and seed: one value, or one per request ({len(items)})")
-        requests = [GenerationRequest.of(item if prompts is not None else None,
-                                         messages=list(item) if messages is not None else None,
-                                         max_new_tokens=n, seed=s, **arguments)
-                    for item, n, s in zip(items, lengths, seeds)]
+        requests = [self._request(item if prompts is not None else None, {
+            "messages": list(item) if messages is not None else None, "max_new_tokens": n, "seed": s, **arguments},
+            "generate_many") for item, n, s in zip(items, lengths, seeds)]
         with self._claim("a generate_many() call"):
             scheduler = self.batch_scheduler(min(max_batch, max(1, len(requests))))
             sinks = [CollectingSink() for _ in requests]
@@ -598,3 +588,8 @@ class AnyPairGenerator:
             if sink.error is not None:
                 raise sink.error
         return [sink.result for sink in sinks]
+
+
+# stream() takes generate()'s arguments: help() and editors show them
+AnyPairGenerator.stream.__signature__ = inspect.signature(AnyPairGenerator.generate).replace(  # type: ignore[attr-defined]
+    return_annotation="TextStream")

@@ -32,6 +32,7 @@ import torch
 
 from anypair.backends.base import ModelBackend, Slot, slot_of
 from anypair.drafters.base import DraftCall, DraftRequest, Drafter, NoDrafter
+from anypair.generation.recorder import RoundRecorder
 from anypair.generation.text import TextAssembler
 from anypair.policies import DraftLengthPolicy
 from anypair.policies.acceptance import AcceptanceEstimate
@@ -109,6 +110,7 @@ class DecodeSession:
         self.request = request
         self.stats = GenerationStats(prompt_tokens=len(request.target_prompt_ids),
                                      drafting_skipped=request.drafting_skipped)
+        self.record = RoundRecorder(self.stats)  # the rounds' timings and counts, kept beside the loop
         self.generated: list[int] = []
         self.text = TextAssembler(request.stop_strings)
         # log-probabilities of the emitted tokens (when asked for), and those not yet in a yielded piece
@@ -228,16 +230,6 @@ class DecodeSession:
             return Proposal([])
         return proposal
 
-    def _count_round(self, proposal: Proposal, outcome: VerifyOutcome) -> None:
-        stats = self.stats
-        stats.rounds += 1
-        stats.draft_tokens_proposed += len(proposal)
-        stats.draft_tokens_accepted += outcome.n_accepted
-        if len(proposal):
-            source = proposal.source
-            stats.proposals_by_source[source] = stats.proposals_by_source.get(source, 0) + len(proposal)
-            stats.accepted_by_source[source] = stats.accepted_by_source.get(source, 0) + outcome.n_accepted
-
     # -- the loop -----------------------------------------------------------------------------
     def steps(self) -> Generator[Step, Optional[torch.Tensor], None]:
         """The loop, step by step: yields each `TargetCall` (send its logits back) and each piece of
@@ -251,8 +243,7 @@ class DecodeSession:
         tail = self.text.take_new(final=True)
         if tail:
             yield self._piece(tail)
-        self.stats.new_tokens = len(self.generated)
-        self.stats.total_time_s = time.perf_counter() - started
+        self.record.finished(len(self.generated), time.perf_counter() - started)
         logprobs = self.logprobs[:len(self.generated)] if self.logprobs is not None else None
         self.result = GenerationResult(self.text.text, list(self.generated), self.stats, self.finish_reason, logprobs)
 
@@ -269,7 +260,7 @@ class DecodeSession:
         self._record_logprobs(raw_logits.view(1, -1), [first_target_id])
         if constraint is not None:
             constraint.commit([first_target_id])
-        self.stats.time_prefill_s = self.stats.time_to_first_token_s = time.perf_counter() - started
+        self.record.prefilled(time.perf_counter() - started)
         self._last_target_id = first_target_id
         done = self._commit([first_target_id])
         chunk = self.text.take_new(final=done)
@@ -289,14 +280,13 @@ class DecodeSession:
             # a token the grammar rejects can never be the target's: the proposal ends before it
             proposal = proposal.truncated(constraint.allowed_prefix(proposal.target_ids))
         t1 = time.perf_counter()
-        self.stats.time_translating_s += proposal.translate_seconds
-        self.stats.time_drafting_s += (t1 - t0) - proposal.translate_seconds
+        self.record.proposed(t1 - t0, proposal)
         outcome, raw_scores, verify_s = yield from self._verify(proposal, budget)
         new_target_ids = list(proposal.target_ids[: outcome.n_accepted]) + [outcome.next_target_id]
         self._record_logprobs(raw_scores, new_target_ids)
         if constraint is not None:
             constraint.commit(new_target_ids)
-        self._count_round(proposal, outcome)
+        self.record.committed(proposal, outcome)
         self.acceptance.observe_counts(outcome.n_accepted, len(proposal))
         done = self._commit(new_target_ids)
         chunk = self.text.take_new(final=done)
@@ -308,26 +298,23 @@ class DecodeSession:
         return done
 
     def _budget(self) -> DraftBudget:
-        """This round's draft budget; starts the drafter before the first round that may propose (its
-        prompt read then is not one round's drafting cost: a round that paid it would look like drafting
-        that loses time; a request the batch keeps from drafting never reads it)."""
-        stats = self.stats
+        """This round's draft budget (the policy's length, the batch's cap); starts the drafter before
+        the first round that may propose (a request the batch keeps from drafting never starts it; a
+        model drafter reads its prompt in its first proposal's first step, counted as catch-up)."""
         room = self.request.max_new_tokens - len(self.generated) - 1  # the target adds one token of its own
         length = wanted = self.policy.next_length()
-        if self.draft_cap is not None and self.draft_cap < wanted and not self.drafter_off:
+        capped = self.draft_cap is not None and self.draft_cap < wanted and not self.drafter_off
+        if capped:
             length = self.draft_cap
-            stats.draft_capped_rounds += 1
-            stats.batch_draft_note = self.draft_cap_reason
         if (length > 0 or self.drafter.offers_free_proposals) and not self._draft_started and not self.drafter_off:
             self._draft_started = True
             t0 = time.perf_counter()
             draft_request = self.request.draft_request or DraftRequest(list(self.request.target_prompt_ids))
             self._drafter_call("start", self.drafter.start, draft_request)
             self._drafter_call("commit", self.drafter.commit, list(self.generated))
-            stats.time_drafting_s += time.perf_counter() - t0
+            self.record.drafter_work(time.perf_counter() - t0)
         if not self.drafter_off:
-            stats.draft_length_sum += length
-            stats.draft_rounds += length > 0
+            self.record.budgeted(length, self.draft_cap_reason if capped else None)
         return DraftBudget(length, room, self.policy.stop_confidence())
 
     def _verify(self, proposal: Proposal, budget: DraftBudget
@@ -335,7 +322,7 @@ class DecodeSession:
         """The target's forward over [last committed token, *proposal] and the verifier's choice; the
         target's cache cropped to what was kept. Returns the outcome, the rows as the target scored
         them (for log-probabilities) and the seconds it cost this request."""
-        stats, constraint = self.stats, self.request.constraint
+        constraint = self.request.constraint
         t1 = time.perf_counter()
         cached = self.target.cached_length
         call = TargetCall([self._last_target_id, *proposal.target_ids], all_logits=True)
@@ -349,12 +336,7 @@ class DecodeSession:
         outcome = self.verifier.verify(scores, proposal)
         self.target.crop(cached + 1 + outcome.n_accepted)
         verify_s = time.perf_counter() + outside - t1
-        stats.time_verifying_s += verify_s
-        stats.batch_size_sum += call.batch_size
-        stats.rows_sum += call.rows or len(call.ids)
-        stats.batch_size_max = max(stats.batch_size_max, call.batch_size)
-        if call.batch_size > 1 and budget.max_draft_steps == 0 and not self.drafter_off:
-            stats.undrafted_shared_rounds += 1
+        self.record.verified(verify_s, call, call.batch_size > 1 and budget.max_draft_steps == 0 and not self.drafter_off)
         return outcome, raw_scores, verify_s
 
     def _learn(self, budget: DraftBudget, proposal: Proposal, outcome: VerifyOutcome, new_target_ids: list[int],
@@ -364,7 +346,7 @@ class DecodeSession:
         if self._draft_started:  # a drafter not started yet gets everything generated when it starts
             t0 = time.perf_counter()
             self._drafter_call("commit", self.drafter.commit, new_target_ids)
-            self.stats.time_drafting_s += time.perf_counter() - t0
+            self.record.drafter_work(time.perf_counter() - t0)
         self.policy.update(RoundFeedback.of_round(budget, proposal, outcome, draft_s, verify_s))
         # an empty proposal is a normal answer from a drafter that stops when unsure
         nothing_usable = not len(proposal) and budget.max_draft_steps > 0 and not self.drafter.stops_by_confidence

@@ -14,6 +14,8 @@
 """
 from __future__ import annotations
 
+import inspect
+
 from dataclasses import dataclass, field
 from typing import Literal, Optional, Sequence, Union
 
@@ -122,6 +124,11 @@ class GenerationRequest:
     # OpenAI's penalties on generated tokens: by the times each was generated, and once it was
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
+
+    @classmethod
+    def arguments(cls) -> tuple[str, ...]:
+        """The names `of` takes past the prompt: generate()'s, stream()'s and generate_many()'s."""
+        return tuple(name for name in inspect.signature(cls.of).parameters if name not in ("cls", "prompt"))
 
     @classmethod
     def of(cls, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
