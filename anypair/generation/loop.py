@@ -336,7 +336,8 @@ class DecodeSession:
         outcome = self.verifier.verify(scores, proposal)
         self.target.crop(cached + 1 + outcome.n_accepted)
         verify_s = time.perf_counter() + outside - t1
-        self.record.verified(verify_s, call, call.batch_size > 1 and budget.max_draft_steps == 0 and not self.drafter_off)
+        undrafted_in_a_batch = call.batch_size > 1 and budget.max_draft_steps == 0 and not self.drafter_off
+        self.record.verified(verify_s, call.batch_size, call.rows or len(call.ids), undrafted_in_a_batch)
         return outcome, raw_scores, verify_s
 
     def _learn(self, budget: DraftBudget, proposal: Proposal, outcome: VerifyOutcome, new_target_ids: list[int],

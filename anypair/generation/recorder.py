@@ -3,12 +3,9 @@ names its stages (budget, proposal, verification, commit) and hands each stage's
 one call; the `GenerationStats` of its result is filled in here only."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from anypair.types import GenerationStats, Proposal, VerifyOutcome
-
-if TYPE_CHECKING:
-    from anypair.generation.loop import TargetCall
 
 
 class RoundRecorder:
@@ -37,13 +34,14 @@ class RoundRecorder:
         self.stats.time_translating_s += proposal.translate_seconds
         self.stats.time_drafting_s += seconds - proposal.translate_seconds
 
-    def verified(self, seconds: float, call: TargetCall, undrafted_in_a_batch: bool) -> None:
-        """The verification forward (`call`, as the scheduler ran it) cost this request `seconds`."""
+    def verified(self, seconds: float, batch_size: int, rows: int, undrafted_in_a_batch: bool) -> None:
+        """The verification forward cost this request `seconds`; it scored `rows` rows of `batch_size`
+        requests."""
         stats = self.stats
         stats.time_verifying_s += seconds
-        stats.batch_size_sum += call.batch_size
-        stats.rows_sum += call.rows or len(call.ids)
-        stats.batch_size_max = max(stats.batch_size_max, call.batch_size)
+        stats.batch_size_sum += batch_size
+        stats.rows_sum += rows
+        stats.batch_size_max = max(stats.batch_size_max, batch_size)
         stats.undrafted_shared_rounds += undrafted_in_a_batch
 
     def committed(self, proposal: Proposal, outcome: VerifyOutcome) -> None:
