@@ -1,0 +1,268 @@
+"""The kernels' interleaved layout of a GGUF kept on disk, so that a second load maps it instead of repacking.
+
+At load the engine rearranges every Q4_1/Q5_0/Q8_0/Q4_K/Q6_K matrix into groups of 16 rows
+(csrc/repack.c): for a 7B model that is seconds of work on 2 cores, and the result is a second copy of
+the weights. The first load of a file repacks straight into the pages of a cache file (the process's
+weights are then that file's mapping: no anonymous copy beside it); later loads of the same file map
+the cache read-only and repack nothing.
+
+The cache is `$ANYPAIR_HOME/packed/<source key>-<layout key>.packed`:
+- source key: a hash of the GGUF's resolved path; its size and mtime are recorded in the file and
+  checked at every load, so a GGUF replaced in place is repacked (and its old cache replaced);
+- layout key: a hash of csrc/repack.c, csrc/ap_common.h (the layouts and their structs) and FORMAT,
+  so an edit of the layout code never maps bytes laid out by the old one.
+The file: one region per matrix, each aligned to 2 MiB (huge-page mappable), then a JSON index, then
+a trailer (index offset, index length, MAGIC). It is written under a temporary name and renamed only
+once its bytes are on disk (fsync, in a background thread so the load does not wait for the disk):
+a crash mid-write leaves no file that loads. `ANYPAIR_LAYOUT_CACHE=0` (or the engine's
+`layout_cache=False`) turns the cache off; a read-only or full disk falls back to today's repack into
+anonymous memory, with one warning line.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import mmap
+import os
+import struct
+import threading
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from anypair.home import home
+
+logger = logging.getLogger("anypair")
+
+#: the cache file's own format (bump on any change of the index or trailer)
+FORMAT = 1
+MAGIC = b"APLAYOUT"
+_TRAILER = struct.Struct("<QQ8s")
+_ALIGN = 2 << 20  # regions on 2 MiB boundaries: the mapping can use huge pages
+_SOURCES = Path(__file__).with_name("csrc")
+#: Linux's madvise(MADV_POPULATE_READ / _WRITE) (5.14+): map every page now, in one call
+_POPULATE_READ, _POPULATE_WRITE = 22, 23
+
+
+def cache_enabled(option: Optional[bool] = None) -> bool:
+    """The engine's option where given, else $ANYPAIR_LAYOUT_CACHE (anything but 0/false/no/off: on)."""
+    if option is not None:
+        return option
+    return os.environ.get("ANYPAIR_LAYOUT_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def layout_key() -> str:
+    """A hash of the code that decides the interleaved bytes: a change to it makes old caches unused."""
+    digest = hashlib.sha256(f"format {FORMAT}".encode())
+    for name in ("repack.c", "ap_common.h"):
+        digest.update((_SOURCES / name).read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def cache_dir() -> Path:
+    return home() / "packed"
+
+
+def cache_path(source: Path) -> Path:
+    """Where the layout of `source` is kept (one file per GGUF and layout version)."""
+    return cache_dir() / f"{hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:16]}-{layout_key()}.packed"
+
+
+def _source_stamp(source: Path) -> dict:
+    stat = source.stat()
+    return {"path": str(source.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def _advise(region: mmap.mmap, advice: int, length: int) -> None:
+    """madvise, where the kernel has it: a missing advice only costs speed."""
+    try:
+        region.madvise(advice, 0, length)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+class LayoutCache:
+    """Where each interleaved matrix's bytes go during one load: a region of the cache file being
+    written, a region of the cache file already written (nothing to repack), or anonymous memory
+    (cache off or unusable). `buffer()` for each matrix in load order, then `finish()`."""
+
+    def __init__(self, source: Path, enabled: Optional[bool] = None) -> None:
+        self.source = Path(source)
+        self.mode = "off"
+        self._entries: dict[str, dict] = {}
+        self._map: Optional[mmap.mmap] = None
+        self._maps: list[mmap.mmap] = []  # the written regions' mappings (they outlive the file's rename)
+        self._handle = None
+        if not cache_enabled(enabled):
+            return
+        self.path = cache_path(self.source)
+        try:
+            self._open_existing() or self._start_writing()
+        except OSError as error:
+            self._give_up(f"cannot use the layout cache {self.path} ({error.strerror or error})")
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def _open_existing(self) -> bool:
+        """Map the cache if it is complete and made from this very file; False when there is none."""
+        index = read_index(self.path)
+        if index is None or index.get("source") != _source_stamp(self.source) or index.get("layout") != layout_key():
+            return False
+        with open(self.path, "rb") as handle:
+            self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        _advise(self._map, mmap.MADV_HUGEPAGE, len(self._map))
+        self._entries = {entry["key"]: entry for entry in index["entries"]}
+        self._whole = np.frombuffer(self._map, dtype=np.uint8)
+        self.mode = "read"
+        return True
+
+    def _mapped(self, key: str, kernel_type: int, size: int) -> Optional[np.ndarray]:
+        entry = self._entries.get(key)
+        if entry is None or entry["size"] != size or entry["type"] != kernel_type:
+            return None
+        view = self._whole[entry["offset"]:entry["offset"] + size]
+        try:  # the pages now rather than at the first step's faults: the load is when they are expected
+            self._map.madvise(_POPULATE_READ, entry["offset"] // mmap.PAGESIZE * mmap.PAGESIZE,
+                              -(-size // mmap.PAGESIZE) * mmap.PAGESIZE)
+        except (OSError, ValueError):
+            pass
+        return view
+
+    # -- writing ------------------------------------------------------------------------------------
+
+    def _start_writing(self) -> bool:
+        folder = cache_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        _remove_stale(folder, self.path)
+        self._temp = self.path.with_name(f"{self.path.name}.tmp{os.getpid()}")
+        self._handle = open(self._temp, "w+b")
+        self._end = 0
+        self.mode = "write"
+        return True
+
+    def _region(self, size: int) -> tuple[int, np.ndarray]:
+        """A fresh region of the file being written, its blocks allocated now: a full disk fails
+        here with an error, never later with a SIGBUS on a page of the mapping."""
+        offset, length = self._end, -(-size // _ALIGN) * _ALIGN
+        os.posix_fallocate(self._handle.fileno(), offset, length)
+        region = mmap.mmap(self._handle.fileno(), length, offset=offset)
+        _advise(region, mmap.MADV_HUGEPAGE, length)
+        _advise(region, _POPULATE_WRITE, length)  # one call instead of a fault per page inside the repack
+        self._maps.append(region)
+        self._end = offset + length
+        return offset, np.frombuffer(region, dtype=np.uint8)[:size]
+
+    def _give_up(self, why: str) -> None:
+        """Off for the rest of this load, with one warning: the weights already written stay mapped
+        (the unlinked file lives while they do)."""
+        if self.mode == "write" and self._handle is not None:
+            self._handle.close()
+            self._temp.unlink(missing_ok=True)
+        self.mode = "off"
+        logger.warning("%s: repacking in memory instead (set ANYPAIR_LAYOUT_CACHE=0 to skip the cache)", why)
+
+    # -- the engine's side --------------------------------------------------------------------------
+
+    def buffer(self, key: str, kernel_type: int, size: int) -> tuple[np.ndarray, bool]:
+        """(the `size` bytes matrix `key` is read from, whether they already hold its interleaved
+        layout); the caller repacks into them when not, and nothing is written past `size`."""
+        from anypair.kernels.ops import huge_page_bytes
+
+        if self.mode == "read":
+            view = self._mapped(key, kernel_type, size)
+            if view is not None:
+                return view, True
+            logger.warning("the layout cache %s has no matrix %s of this shape: repacking it in memory", self.path, key)
+        elif self.mode == "write":
+            try:
+                offset, view = self._region(size)
+                self._entries[key] = {"key": key, "type": kernel_type, "offset": offset, "size": size}
+                return view, False
+            except OSError as error:
+                self._give_up(f"cannot write the layout cache {self.path} ({error.strerror or error})")
+        return huge_page_bytes(size), False
+
+    def finish(self) -> None:
+        """After the last matrix: the index and trailer written, then fsync and rename in a
+        background thread (the process may start stepping; it waits for the thread at exit)."""
+        if self.mode != "write":
+            return
+        index = json.dumps({"source": _source_stamp(self.source), "layout": layout_key(), "format": FORMAT,
+                            "entries": list(self._entries.values())}).encode()
+        try:
+            self._handle.seek(self._end)
+            self._handle.write(index + _TRAILER.pack(self._end, len(index), MAGIC))
+            self._handle.flush()
+        except OSError as error:
+            self._give_up(f"cannot write the layout cache {self.path} ({error.strerror or error})")
+            return
+        self.mode = "written"
+        self._committer = threading.Thread(target=_commit, args=(self._handle, self._temp, self.path),
+                                           name="anypair-layout-cache", daemon=False)
+        self._committer.start()
+
+
+def _commit(handle, temp: Path, final: Path) -> None:
+    """Durable, then visible: fsync the bytes, rename into place, fsync the folder."""
+    try:
+        os.fsync(handle.fileno())
+        handle.close()
+        os.replace(temp, final)
+        folder = os.open(final.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+    except OSError as error:
+        temp.unlink(missing_ok=True)
+        logger.warning("could not complete the layout cache %s (%s): the next load repacks again", final, error)
+
+
+def read_index(path: Path) -> Optional[dict]:
+    """The index of a complete cache file, or None (absent, truncated, or not one)."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            if size < _TRAILER.size:
+                return None
+            handle.seek(size - _TRAILER.size)
+            offset, length, magic = _TRAILER.unpack(handle.read(_TRAILER.size))
+            if magic != MAGIC or offset + length + _TRAILER.size != size:
+                return None
+            handle.seek(offset)
+            index = json.loads(handle.read(length))
+    except (OSError, ValueError):
+        return None
+    if index.get("format") != FORMAT or any(e["offset"] + e["size"] > offset for e in index.get("entries", [])):
+        return None
+    return index
+
+
+def _remove_stale(folder: Path, path: Path) -> None:
+    """Before writing a cache: the same GGUF's caches of other layout versions, caches whose GGUF is
+    gone, and temporary files whose writer is gone. A GGUF keeps at most one cache on disk, and a
+    deleted model's cache does not outlive it."""
+    source_key = path.name.split("-")[0]
+    for other in folder.iterdir():
+        if ".tmp" in other.name:
+            pid = other.name.rsplit(".tmp", 1)[-1]
+            if pid.isdigit() and not _alive(int(pid)):
+                other.unlink(missing_ok=True)
+        elif other.name.startswith(source_key + "-") and other.name != path.name:
+            other.unlink(missing_ok=True)
+        elif other.suffix == ".packed":
+            index = read_index(other)
+            if index is None or not Path(index["source"]["path"]).exists():
+                other.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
