@@ -14,7 +14,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Optional, Sequence
+from typing import Any, Literal, Optional, Sequence
 
 import numpy as np
 import torch
@@ -23,9 +23,6 @@ from anypair.kernels.binding import ApLayer as _ApLayer
 from anypair.kernels.binding import ApModel as _ApModel
 from anypair.kernels.binding import ApWeight as _ApWeight
 from anypair.kernels.build import load_library
-
-if TYPE_CHECKING:
-    from anypair.kernels.packed_cache import LayoutCache
 
 #: ggml types with a kernel of their own (others are widened to F32 at load)
 NATIVE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 8: "Q8_0", 12: "Q4_K", 14: "Q6_K"}
@@ -66,7 +63,7 @@ class QuantWeight:
     #: False: keep the GGUF rows as they are, for a matrix only ever gathered by rows (`dequant_rows`)
     interleave: bool = True
     #: where the interleaved copy goes (kernels/packed_cache.py, with this matrix's `cache_key`); None: memory
-    layout: Optional["LayoutCache"] = field(default=None, repr=False)
+    layout: Optional[Any] = field(default=None, repr=False)  # a packed_cache.LayoutCache (passed in by the engine)
     cache_key: str = ""
     #: the interleaved copy the kernels read (Q4_1/Q5_0/Q4_K/Q6_K), else None: `data` is read in place
     packed: Optional[np.ndarray] = field(init=False, default=None, repr=False)
@@ -99,7 +96,7 @@ class QuantWeight:
 
     @classmethod
     def from_gguf_tensor(cls, tensor, bias: Optional[torch.Tensor] = None, rows: Optional[tuple[int, int]] = None,
-                         layout: Optional["LayoutCache"] = None, interleave: bool = True) -> "QuantWeight":
+                         layout: Optional[Any] = None, interleave: bool = True) -> "QuantWeight":
         """From a `backends.gguf_file.GGUFTensor` (ggml shape [K, N]): the blocks as they are in the
         file, or for a type without a kernel its exact values widened to F32. `rows` = (first, end)
         takes only those rows (a fused matrix's parts: each row's blocks are its own). `layout`: the
@@ -111,7 +108,8 @@ class QuantWeight:
             data = np.ascontiguousarray(data[rows[0]:rows[1]])
         rows = data.shape[0]
         if tensor.ggml_type in NATIVE_TYPES:
-            return cls(tensor.ggml_type, rows, cols, data, bias, NATIVE_TYPES[tensor.ggml_type], interleave, layout, key)
+            return cls(tensor.ggml_type, rows, cols, data, bias, NATIVE_TYPES[tensor.ggml_type], interleave, layout,
+                       key)
         from gguf import GGMLQuantizationType
         from gguf.quants import dequantize
 
@@ -138,7 +136,7 @@ def huge_page_bytes(size: int) -> np.ndarray:
     return whole[start:start + size]
 
 
-def _interleave(ggml_type: int, rows: np.ndarray, count: int, cols: int, layout: Optional["LayoutCache"] = None,
+def _interleave(ggml_type: int, rows: np.ndarray, count: int, cols: int, layout: Optional[Any] = None,
                 key: str = "") -> tuple[int, np.ndarray, bool]:
     """Q4_1/Q5_0/Q8_0/Q4_K/Q6_K rows -> (kernel type, interleaved bytes, whether repacked now): groups
     of 16 rows (csrc/repack.c), in anonymous huge pages, or in the layout cache's file (where a
@@ -149,7 +147,8 @@ def _interleave(ggml_type: int, rows: np.ndarray, count: int, cols: int, layout:
         block = 32 if ggml_type in (3, 6, 8) else 256
         raise ValueError(f"{NATIVE_TYPES[ggml_type]} matrix [{count}, {cols}]: columns must be a multiple of {block}")
     kernel_type = lib.ap_packed_type(ggml_type)
-    packed, filled = layout.buffer(key, kernel_type, size) if layout is not None else (huge_page_bytes(size), False)
+    packed, filled = (layout.buffer(key, kernel_type, size, huge_page_bytes) if layout is not None
+                      else (huge_page_bytes(size), False))
     if filled:
         return kernel_type, packed, False
     if lib.ap_repack(ggml_type, rows.ctypes.data, rows.shape[1], count, cols, packed.ctypes.data, 0) < 0:

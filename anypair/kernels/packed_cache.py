@@ -28,7 +28,7 @@ import os
 import struct
 import threading
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -152,23 +152,23 @@ class LayoutCache:
 
     # -- the engine's side --------------------------------------------------------------------------
 
-    def buffer(self, key: str, kernel_type: int, size: int) -> tuple[np.ndarray, bool]:
+    def buffer(self, key: str, kernel_type: int, size: int,
+               allocate: Callable[[int], np.ndarray]) -> tuple[np.ndarray, bool]:
         """(the `size` bytes matrix `key` is read from, whether they already hold its interleaved
-        layout); the caller repacks into them when not, and nothing is written past `size`."""
-        from anypair.kernels.ops import huge_page_bytes
-
+        layout); the caller repacks into them when not. `allocate(size)`: memory for a repack
+        (ops.huge_page_bytes, passed in: ops imports this module's users, not the other way)."""
         if self.mode == "read":
             view = self._mapped(key, kernel_type, size)
             if view is not None:
                 return view, True
             logger.warning("the layout cache %s has no matrix %s of this shape: repacking it in memory", self.path, key)
         elif self.mode == "write":
-            view = huge_page_bytes(size)
+            view = allocate(size)
             self._entries[key] = {"key": key, "type": kernel_type, "offset": self._end, "size": size}
             self._arrays.append(view)
             self._end += -(-size // _ALIGN) * _ALIGN
             return view, False
-        return huge_page_bytes(size), False
+        return allocate(size), False
 
     def finish(self) -> None:
         """After the last matrix: the file written by a background thread from the matrices' memory
