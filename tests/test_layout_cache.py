@@ -47,7 +47,7 @@ def _load(path, **options):
     return mode, logits
 
 
-def test_a_model_mapped_from_the_cache_gives_bitwise_a_fresh_repacks_logits(small_gguf, cache_home):
+def test_a_model_read_from_the_cache_gives_bitwise_a_fresh_repacks_logits(small_gguf, cache_home):
     off_mode, fresh = _load(small_gguf, layout_cache=False)
     first_mode, first = _load(small_gguf)
     second_mode, second = _load(small_gguf)

@@ -1,17 +1,18 @@
-"""The kernels' interleaved layout of a GGUF kept on disk, so that a second load maps it instead of repacking.
+"""The kernels' interleaved layout of a GGUF kept on disk, so that a second load reads it instead of repacking.
 
 At load the engine rearranges every Q4_1/Q5_0/Q8_0/Q4_K/Q6_K matrix into groups of 16 rows
 (csrc/repack.c): for a 7B model that is seconds of work on 2 cores, and the result is a second copy of
 the weights. The first load of a file repacks into anonymous huge pages as before, and a background
-thread writes the result to a cache file; later loads of the same file map that file read-only and
-repack nothing. (Repacking straight into the file's pages was tried: on this project's Xeon the dirty
+thread writes the result to a cache file; later loads of the same file read it into anonymous huge
+pages (copied, not mapped: a step over the file's mapped pages ran 0-20% slower here) and repack
+nothing. (Repacking straight into the file's pages was tried: on this project's Xeon the dirty
 pages are throttled at the disk's write rate, 12.6 s for the 7B load against 7.9 s in memory.)
 
 The cache is `$ANYPAIR_HOME/packed/<source key>-<layout key>.packed`:
 - source key: a hash of the GGUF's resolved path; its size and mtime are recorded in the file and
   checked at every load, so a GGUF replaced in place is repacked (and its old cache replaced);
 - layout key: a hash of csrc/repack.c, csrc/ap_common.h (the layouts and their structs) and FORMAT,
-  so an edit of the layout code never maps bytes laid out by the old one.
+  so an edit of the layout code never reads bytes laid out by the old one.
 The file: one region per matrix, each aligned to 2 MiB (huge-page mappable), then a JSON index, then
 a trailer (index offset, index length, MAGIC). It is written under a temporary name and renamed
 only once its bytes are on disk (fsync): a crash mid-write leaves no file that loads.
@@ -23,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import mmap
 import os
 import struct
 import threading
@@ -42,10 +42,6 @@ MAGIC = b"APLAYOUT"
 _TRAILER = struct.Struct("<QQ8s")
 _ALIGN = 2 << 20  # regions on 2 MiB boundaries: the mapping can use huge pages
 _SOURCES = Path(__file__).with_name("csrc")
-#: Linux's madvise(MADV_POPULATE_READ) (5.14+): map every page now, in one call
-_POPULATE_READ = 22
-
-
 def cache_enabled(option: Optional[bool] = None) -> bool:
     """The engine's option where given, else $ANYPAIR_LAYOUT_CACHE (anything but 0/false/no/off: on)."""
     if option is not None:
@@ -75,14 +71,6 @@ def _source_stamp(source: Path) -> dict:
     return {"path": str(source.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
-def _advise(region: mmap.mmap, advice: int, length: int) -> None:
-    """madvise, where the kernel has it: a missing advice only costs speed."""
-    try:
-        region.madvise(advice, 0, length)
-    except (OSError, ValueError, AttributeError):
-        pass
-
-
 class LayoutCache:
     """Where each interleaved matrix's bytes go during one load: a region of the cache file being
     written, a region of the cache file already written (nothing to repack), or anonymous memory
@@ -92,7 +80,6 @@ class LayoutCache:
         self.source = Path(source)
         self.mode = "off"
         self._entries: dict[str, dict] = {}
-        self._map: Optional[mmap.mmap] = None
         self._handle = None
         if not cache_enabled(enabled):
             return
@@ -105,28 +92,28 @@ class LayoutCache:
     # -- reading ------------------------------------------------------------------------------------
 
     def _open_existing(self) -> bool:
-        """Map the cache if it is complete and made from this very file; False when there is none."""
+        """Open the cache if it is complete and made from this very file; False when there is none."""
         index = read_index(self.path)
         if index is None or index.get("source") != _source_stamp(self.source) or index.get("layout") != layout_key():
             return False
-        with open(self.path, "rb") as handle:
-            self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-        _advise(self._map, mmap.MADV_HUGEPAGE, len(self._map))
+        self._handle = open(self.path, "rb")
         self._entries = {entry["key"]: entry for entry in index["entries"]}
-        self._whole = np.frombuffer(self._map, dtype=np.uint8)
         self.mode = "read"
         return True
 
-    def _mapped(self, key: str, kernel_type: int, size: int) -> Optional[np.ndarray]:
+    def _read(self, key: str, kernel_type: int, size: int,
+              allocate: Callable[[int], np.ndarray]) -> Optional[np.ndarray]:
+        """Matrix `key`'s interleaved bytes, read from the cache into memory of `allocate` (anonymous
+        huge pages), not mapped: on this VM a step over the file's mapped pages ran 0-20% slower than
+        over anonymous huge pages (interleaved A/B, Qwen2.5-7B shape), and the copy costs ~1 s a 5 GB
+        file. None when the cache has no such matrix."""
         entry = self._entries.get(key)
         if entry is None or entry["size"] != size or entry["type"] != kernel_type:
             return None
-        view = self._whole[entry["offset"]:entry["offset"] + size]
-        try:  # the pages now rather than at the first step's faults: the load is when they are expected
-            self._map.madvise(_POPULATE_READ, entry["offset"] // mmap.PAGESIZE * mmap.PAGESIZE,
-                              -(-size // mmap.PAGESIZE) * mmap.PAGESIZE)
-        except (OSError, ValueError):
-            pass
+        view = allocate(size)
+        self._handle.seek(entry["offset"])
+        if self._handle.readinto(memoryview(view)) != size:
+            return None
         return view
 
     # -- writing ------------------------------------------------------------------------------------
@@ -158,7 +145,7 @@ class LayoutCache:
         layout); the caller repacks into them when not. `allocate(size)`: memory for a repack
         (ops.huge_page_bytes, passed in: ops imports this module's users, not the other way)."""
         if self.mode == "read":
-            view = self._mapped(key, kernel_type, size)
+            view = self._read(key, kernel_type, size, allocate)
             if view is not None:
                 return view, True
             logger.warning("the layout cache %s has no matrix %s of this shape: repacking it in memory", self.path, key)
@@ -172,7 +159,11 @@ class LayoutCache:
 
     def finish(self) -> None:
         """After the last matrix: the file written by a background thread from the matrices' memory
-        (the load does not wait for the disk; the process waits for the thread at exit)."""
+        (the load does not wait for the disk; the process waits for the thread at exit); a cache
+        read from is closed."""
+        if self.mode == "read" and self._handle is not None:
+            self._handle.close()
+            self._handle = None
         if self.mode != "write":
             return
         index = json.dumps({"source": _source_stamp(self.source), "layout": layout_key(), "format": FORMAT,
