@@ -1,7 +1,14 @@
 """Shared pytest fixtures. Append-friendly: each area adds its own fixtures below its own heading."""
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# the kernels' layout cache (kernels/packed_cache.py) off for the suite: every model a test loads would
+# otherwise write its interleaved copy under $ANYPAIR_HOME/packed (GBs, on every CI machine); the
+# cache's own tests turn it on in a home of their own (tests/test_layout_cache.py)
+os.environ.setdefault("ANYPAIR_LAYOUT_CACHE", "0")
 
 # --- zoo ------------------------------------------------------------------------------------------
 

@@ -202,8 +202,21 @@ def rope_table(spec: RopeSpec, head_dim: int, length: int) -> tuple[torch.Tensor
     return (angles.cos() * spec.attn_factor).float(), (angles.sin() * spec.attn_factor).float()
 
 
+def _matrix(tensor, release: Callable[[np.ndarray], None], layout, bias: Optional[torch.Tensor] = None,
+            rows: Optional[tuple[int, int]] = None, interleave: bool = True):
+    """One matrix of the file on the kernels; once repacked, the kernels read their interleaved copy
+    and the file's pages it was made from leave this process's memory at once (not at the end of the
+    load: the peak RSS is the copy plus one matrix, not plus the head and embedding)."""
+    from anypair.kernels import QuantWeight
+
+    matrix = QuantWeight.from_gguf_tensor(tensor, bias, rows=rows, layout=layout, interleave=interleave)
+    if matrix.repacked:
+        release(matrix.data)
+    return matrix
+
+
 def _decoder_layer(index: int, shape: ModelShape, tensors: dict, cache_shape: tuple[int, ...],
-                   release: Callable[[np.ndarray], None], rope: tuple[torch.Tensor, torch.Tensor]):
+                   release: Callable[[np.ndarray], None], rope: tuple[torch.Tensor, torch.Tensor], layout=None):
     from anypair.kernels import QuantWeight
     from anypair.kernels.ops import DecoderLayer
 
@@ -212,10 +225,7 @@ def _decoder_layer(index: int, shape: ModelShape, tensors: dict, cache_shape: tu
         if bias is not None:
             bias = _float_tensor(bias)
             bias = bias if rows is None else bias[rows[0]:rows[1]].contiguous()
-        matrix = QuantWeight.from_gguf_tensor(tensors[f"blk.{index}.{name}.weight"], bias, rows=rows)
-        if matrix.packed is not None and rows is None:  # the kernels read their interleaved copy: the file's pages may go
-            release(matrix.data)
-        return matrix
+        return _matrix(tensors[f"blk.{index}.{name}.weight"], release, layout, bias, rows)
 
     def norm(name: str) -> Optional[torch.Tensor]:
         tensor = tensors.get(f"blk.{index}.{name}.weight")
@@ -275,40 +285,28 @@ class QuantizedGGUFBackend(ModelBackend):
     prompt_rows_per_forward = PREFILL_CHUNK
 
     def __init__(self, path: os.PathLike, *, name: str = "gguf", threads: Optional[int] = None,
-                 context: Optional[int] = None, slots: int = 1) -> None:
-        from anypair.kernels import LinearGroup, QuantWeight, load_library
+                 context: Optional[int] = None, slots: int = 1, layout_cache: Optional[bool] = None) -> None:
+        """`layout_cache`: keep the kernels' layout of the file on disk and map it on later loads
+        (kernels/packed_cache.py); None: on unless $ANYPAIR_LAYOUT_CACHE=0."""
+        from anypair.kernels import load_library
+        from anypair.kernels.packed_cache import LayoutCache
 
         load_library()  # compile (or find in the cache) before reading the model: a missing compiler fails fast
         self.path = Path(path)
         self.name = name
         gguf = GGUFFile(self.path)  # memory-maps the file; tensors are views into it
-        tensors = gguf.tensors
         self.shape = shape = read_shape(gguf, context)
         self.vocab_size = shape.vocab
         self.max_context = min(shape.trained_context, context or DEFAULT_CONTEXT)
         self.threads = int(threads or torch.get_num_threads())
-        self.embedding = QuantWeight.from_gguf_tensor(tensors["token_embd.weight"])
-        output = tensors.get("output.weight", tensors["token_embd.weight"])  # tied embeddings share the table
-        self.head = LinearGroup([self.embedding if output is tensors["token_embd.weight"]
-                                 else QuantWeight.from_gguf_tensor(output)])
-        self.output_norm = _float_tensor(tensors["output_norm.weight"])
         if slots < 1:
             raise InputError(f"{name}: slots must be at least 1, got {slots}")
         # sequences whose KV state the engine holds at once (continuous batching); the engine itself is slot 0
         self._slots = slots
-        cache_shape = (slots, shape.kv_heads, self.max_context, shape.head_dim)
-        tables: dict[RopeSpec, tuple[torch.Tensor, torch.Tensor]] = {}  # one table per distinct rotary
-        for i in range(shape.layers):
-            spec = shape.rope_of(i)
-            if spec not in tables:
-                tables[spec] = rope_table(spec, shape.head_dim, self.max_context)
-        self.layers = [_decoder_layer(i, shape, tensors, cache_shape, gguf.release_pages, tables[shape.rope_of(i)])
-                       for i in range(shape.layers)]
-        self.num_layers = shape.layers
+        self.layout_cache = LayoutCache(self.path, layout_cache)
+        self._load_weights(gguf, self.layout_cache)
+        self.layout_cache.finish()
         matrices = [w for layer in self.layers for w in layer.matrices]
-        for weight in self.head.weights + [self.embedding]:
-            if weight.packed is not None:
-                gguf.release_pages(weight.data)
         self.weight_types = sorted({w.type_name for w in matrices} | {w.type_name for w in self.head.weights})
         self.weights_bytes = sum(w.nbytes for w in matrices) + self.embedding.nbytes \
             + sum(w.nbytes for w in self.head.weights if w is not self.embedding)
@@ -316,6 +314,26 @@ class QuantizedGGUFBackend(ModelBackend):
         self._lengths = [0] * slots  # cached positions per slot
         self._gguf = gguf  # keeps the memory map alive
         self._outside_layers: Optional[dict[str, float]] = None  # seconds of the parts timed in Python, while profiling
+
+    def _load_weights(self, gguf: GGUFFile, layout) -> None:
+        """The embedding, head and layers, each matrix interleaved (or mapped from `layout`) in turn."""
+        from anypair.kernels import LinearGroup
+
+        shape, tensors, release = self.shape, gguf.tensors, gguf.release_pages
+        tied = "output.weight" not in tensors  # tied embeddings share the table with the head
+        # an untied embedding is only gathered, a few rows a step: its GGUF rows stay mapped as they are
+        self.embedding = _matrix(tensors["token_embd.weight"], release, layout, interleave=tied)
+        self.head = LinearGroup([self.embedding if tied else _matrix(tensors["output.weight"], release, layout)])
+        self.output_norm = _float_tensor(tensors["output_norm.weight"])
+        cache_shape = (self._slots, shape.kv_heads, self.max_context, shape.head_dim)
+        tables: dict[RopeSpec, tuple[torch.Tensor, torch.Tensor]] = {}  # one table per distinct rotary
+        for i in range(shape.layers):
+            spec = shape.rope_of(i)
+            if spec not in tables:
+                tables[spec] = rope_table(spec, shape.head_dim, self.max_context)
+        self.layers = [_decoder_layer(i, shape, tensors, cache_shape, release, tables[shape.rope_of(i)], layout)
+                       for i in range(shape.layers)]
+        self.num_layers = shape.layers
 
     def _layer_stack(self):
         """The C forward over self.layers (each layer carries its own rotary table, window and norms)."""

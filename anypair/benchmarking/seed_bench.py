@@ -57,13 +57,21 @@ def _child_load(engine: str, path: str, threads: int, context: int) -> None:
     loaded = time.perf_counter()
     backend.extend([1])
     first = time.perf_counter()
+    layout = getattr(backend, "layout_cache", None)  # the gguf engine: "written" first, "read" once cached
     print(json.dumps({"load_s": loaded - t0, "first_logits_s": first - t0, "rss_after_bytes": _rss_now(),
-                      "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+                      "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                      "layout_cache": layout.mode if layout is not None else None}))
 
 
 def measure_loads(path: Path, engines: Sequence[str], threads: int, context: int, repeats: int,
                   progress: bool = True) -> dict:
-    """Each engine's load in a fresh child process, engines alternating `repeats` times: medians and samples."""
+    """Each engine's load in a fresh child process, engines alternating `repeats` times: medians and samples.
+    The gguf engine's layout cache is removed first, so its first round is a first load (repack, and
+    the cache written) and the later rounds map the cache: reported apart as "first" and "cached"."""
+    from anypair.kernels.packed_cache import cache_path
+
+    if GGUF in engines:
+        cache_path(path).unlink(missing_ok=True)
     samples: dict[str, list[dict]] = {engine: [] for engine in engines}
     for round_ in range(repeats):
         for engine in engines:
@@ -82,12 +90,21 @@ def measure_loads(path: Path, engines: Sequence[str], threads: int, context: int
                       file=sys.stderr, flush=True)
     result = {}
     for engine, runs in samples.items():
-        result[engine] = {"load_s": round(statistics.median(r["load_s"] for r in runs), 2),
-                          "first_logits_s": round(statistics.median(r["first_logits_s"] for r in runs), 2),
-                          "peak_rss_GB": round(max(r["peak_rss_bytes"] for r in runs) / 1e9, 2),
-                          "rss_after_load_GB": round(statistics.median(r["rss_after_bytes"] for r in runs) / 1e9, 2),
-                          "samples": runs}
+        result[engine] = {**_load_summary(runs), "samples": runs}
+        if engine == GGUF:
+            for name, kept in (("first", [r for r in runs if r["layout_cache"] != "read"]),
+                               ("cached", [r for r in runs if r["layout_cache"] == "read"])):
+                if kept:
+                    result[engine][name] = _load_summary(kept)
     return result
+
+
+def _load_summary(runs: Sequence[dict]) -> dict:
+    """Medians of the times and the RSS after loading; the highest peak RSS."""
+    return {"load_s": round(statistics.median(r["load_s"] for r in runs), 2),
+            "first_logits_s": round(statistics.median(r["first_logits_s"] for r in runs), 2),
+            "peak_rss_GB": round(max(r["peak_rss_bytes"] for r in runs) / 1e9, 2),
+            "rss_after_load_GB": round(statistics.median(r["rss_after_bytes"] for r in runs) / 1e9, 2)}
 
 
 def measure_prefill(backends: dict, ids: Sequence[int], repeats: int, progress: bool = True) -> dict:
@@ -220,6 +237,12 @@ def format_table(result: dict) -> str:
                      f"peak RSS {load['peak_rss_GB']:.2f} GB"
                      + (f"; prefill {prefill['tokens']} tokens {prefill['s']:.1f} s = "
                         f"{prefill['tokens_per_s']:.1f} tok/s" if prefill else ""))
+        for name, what in (("first", "first load (repack; layout cache written)"),
+                           ("cached", "later loads (cache mapped)")):
+            if name in load:
+                part = load[name]
+                lines.append(f"  - {what}: {part['load_s']:.2f} s (first logits {part['first_logits_s']:.2f} s), "
+                             f"peak RSS {part['peak_rss_GB']:.2f} GB")
     return "\n".join(lines)
 
 

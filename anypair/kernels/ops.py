@@ -14,7 +14,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 from dataclasses import dataclass, field
-from typing import Literal, Optional, Sequence
+from typing import Any, Literal, Optional, Sequence
 
 import numpy as np
 import torch
@@ -60,6 +60,11 @@ class QuantWeight:
     data: np.ndarray  # uint8 [rows, row_bytes], usually a memory map of the GGUF
     bias: Optional[torch.Tensor] = None  # float32 [rows]
     type_name: str = ""
+    #: False: keep the GGUF rows as they are, for a matrix only ever gathered by rows (`dequant_rows`)
+    interleave: bool = True
+    #: where the interleaved copy goes (kernels/packed_cache.py, with this matrix's `cache_key`); None: memory
+    layout: Optional[Any] = field(default=None, repr=False)  # a packed_cache.LayoutCache (passed in by the engine)
+    cache_key: str = ""
     #: the interleaved copy the kernels read (Q4_1/Q5_0/Q4_K/Q6_K), else None: `data` is read in place
     packed: Optional[np.ndarray] = field(init=False, default=None, repr=False)
     _struct: _ApWeight = field(init=False, repr=False)
@@ -75,8 +80,11 @@ class QuantWeight:
             self.bias = self.bias.detach().to(torch.float32).contiguous()
         self.type_name = self.type_name or NATIVE_TYPES[self.ggml_type]
         kernel_type, kernel_data = self.ggml_type, self.data
-        if self.ggml_type in INTERLEAVED_TYPES:
-            kernel_type, self.packed = _interleave(self.ggml_type, self.data, self.rows, self.cols)
+        #: whether `packed` was made now from `data` (False: mapped from the layout cache, or none)
+        self.repacked = False
+        if self.ggml_type in INTERLEAVED_TYPES and self.interleave:
+            kernel_type, self.packed, self.repacked = _interleave(self.ggml_type, self.data, self.rows, self.cols,
+                                                                  self.layout, self.cache_key)
             kernel_data = self.packed
         self._struct = _ApWeight(kernel_type, self.rows, self.cols, self.data.shape[1], kernel_data.ctypes.data,
                                  self.bias.data_ptr() if self.bias is not None else None)
@@ -87,18 +95,21 @@ class QuantWeight:
         return int((self.packed if self.packed is not None else self.data).nbytes)
 
     @classmethod
-    def from_gguf_tensor(cls, tensor, bias: Optional[torch.Tensor] = None,
-                         rows: Optional[tuple[int, int]] = None) -> "QuantWeight":
+    def from_gguf_tensor(cls, tensor, bias: Optional[torch.Tensor] = None, rows: Optional[tuple[int, int]] = None,
+                         layout: Optional[Any] = None, interleave: bool = True) -> "QuantWeight":
         """From a `backends.gguf_file.GGUFTensor` (ggml shape [K, N]): the blocks as they are in the
         file, or for a type without a kernel its exact values widened to F32. `rows` = (first, end)
-        takes only those rows (a fused matrix's parts: each row's blocks are its own)."""
+        takes only those rows (a fused matrix's parts: each row's blocks are its own). `layout`: the
+        load's layout cache (its key is the tensor's name and rows); `interleave=False`: rows gathered only."""
+        key = tensor.name if rows is None else f"{tensor.name}[{rows[0]}:{rows[1]}]"
         cols, count = int(tensor.shape[0]), int(np.prod(tensor.shape[1:]))
         data = tensor.data.reshape(count, -1)
         if rows is not None:
             data = np.ascontiguousarray(data[rows[0]:rows[1]])
         rows = data.shape[0]
         if tensor.ggml_type in NATIVE_TYPES:
-            return cls(tensor.ggml_type, rows, cols, data, bias, NATIVE_TYPES[tensor.ggml_type])
+            return cls(tensor.ggml_type, rows, cols, data, bias, NATIVE_TYPES[tensor.ggml_type], interleave, layout,
+                       key)
         from gguf import GGMLQuantizationType
         from gguf.quants import dequantize
 
@@ -125,18 +136,24 @@ def huge_page_bytes(size: int) -> np.ndarray:
     return whole[start:start + size]
 
 
-def _interleave(ggml_type: int, rows: np.ndarray, count: int, cols: int) -> tuple[int, np.ndarray]:
-    """Q4_1/Q5_0/Q8_0/Q4_K/Q6_K rows -> (kernel type, interleaved bytes): groups of 16 rows (csrc/repack.c)."""
+def _interleave(ggml_type: int, rows: np.ndarray, count: int, cols: int, layout: Optional[Any] = None,
+                key: str = "") -> tuple[int, np.ndarray, bool]:
+    """Q4_1/Q5_0/Q8_0/Q4_K/Q6_K rows -> (kernel type, interleaved bytes, whether repacked now): groups
+    of 16 rows (csrc/repack.c), in anonymous huge pages, or in the layout cache's file (where a
+    previous load may have left them: then nothing is repacked)."""
     lib = load_library()
     size = lib.ap_packed_bytes(ggml_type, count, cols)
     if size == 0:
         block = 32 if ggml_type in (3, 6, 8) else 256
         raise ValueError(f"{NATIVE_TYPES[ggml_type]} matrix [{count}, {cols}]: columns must be a multiple of {block}")
-    packed = huge_page_bytes(size)
-    kernel_type = lib.ap_repack(ggml_type, rows.ctypes.data, rows.shape[1], count, cols, packed.ctypes.data, 0)
-    if kernel_type < 0:
+    kernel_type = lib.ap_packed_type(ggml_type)
+    packed, filled = (layout.buffer(key, kernel_type, size, huge_page_bytes) if layout is not None
+                      else (huge_page_bytes(size), False))
+    if filled:
+        return kernel_type, packed, False
+    if lib.ap_repack(ggml_type, rows.ctypes.data, rows.shape[1], count, cols, packed.ctypes.data, 0) < 0:
         raise ValueError(f"cannot interleave a {NATIVE_TYPES[ggml_type]} matrix [{count}, {cols}]")
-    return kernel_type, packed
+    return kernel_type, packed, True
 
 
 class LinearGroup:
@@ -169,7 +186,13 @@ def dequant_rows(weight: QuantWeight, row_ids: Sequence[int]) -> torch.Tensor:
     """Rows of a quantized matrix as float32 (token embeddings: a gather, dequantized per row)."""
     ids = torch.as_tensor(list(row_ids), dtype=torch.int64)
     out = torch.empty(len(ids), weight.cols, dtype=torch.float32)
-    if load_library().ap_dequant_rows(ctypes.addressof(weight._struct), ids.data_ptr(), len(ids), out.data_ptr()) != 0:
+    lib = load_library()
+    if weight.packed is None and weight.ggml_type in INTERLEAVED_TYPES:  # rows kept as the GGUF's (interleave=False)
+        status = lib.ap_dequant_rows_raw(weight.ggml_type, weight.data.ctypes.data, weight.data.shape[1], weight.rows,
+                                         weight.cols, ids.data_ptr(), len(ids), out.data_ptr())
+    else:
+        status = lib.ap_dequant_rows(ctypes.addressof(weight._struct), ids.data_ptr(), len(ids), out.data_ptr())
+    if status != 0:
         raise IndexError(f"row ids out of range for a matrix of {weight.rows} rows")
     return out
 

@@ -5,6 +5,7 @@
 // Only the arrangement changes: every value, scale and minimum is the file's, so the products are
 // those of the GGUF weights. Groups are independent, so the repack runs on all threads.
 #include <omp.h>
+#include <stdlib.h>
 
 #include "ap_api.h"
 
@@ -134,6 +135,35 @@ int ap_repack(int ggml_type, const uint8_t *rows, size_t row_bytes, int N, int K
         }
     }
     return type;
+}
+
+// the interleaved type a Q4_1/Q5_0/Q8_0/Q4_K/Q6_K matrix is read in (-1: none): a copy mapped from the
+// layout cache (anypair/kernels/packed_cache.py) was made by ap_repack, so its type is this one
+int ap_packed_type(int ggml_type) { return grouped_type(ggml_type); }
+
+void ap_grouped_dequant_row(const ap_weight *w, int n, float *y);
+
+// Rows `ids` of a matrix kept in its GGUF layout (an embedding only ever gathered by rows, so its
+// interleaved copy would cost its whole size in memory for a few rows a step): each row's group of
+// 16 is interleaved into a scratch group and read back, so the values are bitwise the interleaved
+// copy's. Returns 0, or -1 for a type without a layout or an id out of range.
+int ap_dequant_rows_raw(int ggml_type, const uint8_t *rows, size_t row_bytes, int N, int K, const int64_t *ids, int n,
+                        float *out) {
+    const int type = grouped_type(ggml_type);
+    const size_t group_bytes = ap_packed_bytes(ggml_type, AP_GROUP, K);
+    if (type < 0 || group_bytes == 0) return -1;
+    uint8_t *scratch = malloc(group_bytes);
+    if (!scratch) return -1;
+    int status = 0;
+    for (int i = 0; i < n && status == 0; i++) {
+        if (ids[i] < 0 || ids[i] >= N) { status = -1; break; }
+        const int first = (int)(ids[i] / AP_GROUP) * AP_GROUP, count = N - first < AP_GROUP ? N - first : AP_GROUP;
+        ap_repack(ggml_type, rows + row_bytes * (size_t)first, row_bytes, count, K, scratch, 1);
+        const ap_weight group = {type, count, K, row_bytes, scratch, NULL};
+        ap_grouped_dequant_row(&group, (int)(ids[i] - first), out + (size_t)i * K);
+    }
+    free(scratch);
+    return status;
 }
 
 // Row n of an interleaved matrix as floats, with the GGUF's dequantization formulas

@@ -1,0 +1,110 @@
+"""The kernels' layout kept on disk (anypair/kernels/packed_cache.py): a model loaded from the cache
+gives bitwise the logits of a fresh repack; the cache is rebuilt when its GGUF or the layout code
+changes; an unusable cache folder falls back to the in-memory repack with one warning; a file that
+was not completely written never loads. Small seed shapes only (anypair/zoo/seed_writer.py)."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from anypair.kernels import packed_cache
+
+IDS = [1, 5, 900, 31999, 17, 3, 250]
+
+
+@pytest.fixture(scope="module")
+def small_gguf(zoo_fetch, tmp_path_factory):
+    """A 2-layer Qwen2.5-7B-family file (untied Q6_K head, Q4_K and Q6_K matrices), a few MB."""
+    from anypair.zoo.seed_shapes import SHAPES
+    from anypair.zoo.seed_writer import write_seed_gguf
+
+    shape = SHAPES["qwen2.5-7b"].scaled(name="small-layout", layers=2, hidden=256, ffn=512, heads=4, kv_heads=2,
+                                        head_dim=64)
+    shape = dataclasses.replace(shape, tokenizer="llama-spm", vocab=32000)
+    return write_seed_gguf(shape, tmp_path_factory.mktemp("layout") / "small.gguf", progress=False)
+
+
+@pytest.fixture
+def cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANYPAIR_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("ANYPAIR_LAYOUT_CACHE", raising=False)
+    return tmp_path / "home"
+
+
+def _load(path, **options):
+    from anypair.backends.quantized_gguf import QuantizedGGUFBackend
+
+    engine = QuantizedGGUFBackend(path, threads=1, context=64, **options)
+    logits = engine.extend(IDS, all_logits=True)
+    mode = engine.layout_cache.mode
+    if mode == "written":  # the file is renamed into place by a background thread
+        engine.layout_cache._committer.join()
+    return mode, logits
+
+
+def test_a_model_read_from_the_cache_gives_bitwise_a_fresh_repacks_logits(small_gguf, cache_home):
+    off_mode, fresh = _load(small_gguf, layout_cache=False)
+    first_mode, first = _load(small_gguf)
+    second_mode, second = _load(small_gguf)
+    assert (off_mode, first_mode, second_mode) == ("off", "written", "read")
+    assert torch.equal(fresh, first) and torch.equal(fresh, second)
+    assert [p.name for p in (cache_home / "packed").iterdir()] == [packed_cache.cache_path(small_gguf).name]
+
+
+def test_the_cache_is_rebuilt_when_the_gguf_or_the_layout_code_changes(small_gguf, cache_home, monkeypatch):
+    assert _load(small_gguf)[0] == "written"
+    stat = small_gguf.stat()
+    os.utime(small_gguf, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # the file "replaced in place"
+    assert _load(small_gguf)[0] == "written"
+    assert _load(small_gguf)[0] == "read"
+    old = packed_cache.cache_path(small_gguf)
+    monkeypatch.setattr(packed_cache, "layout_key", lambda: "0123456789ab")  # the repack code edited
+    assert _load(small_gguf)[0] == "written"
+    assert not old.exists() and packed_cache.cache_path(small_gguf).exists()
+
+
+def test_an_incomplete_file_never_loads(small_gguf, cache_home):
+    _, fresh = _load(small_gguf, layout_cache=False)
+    path = packed_cache.cache_path(small_gguf)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"\0" * 4096)  # a crash mid-write would leave no trailer
+    assert packed_cache.read_index(path) is None
+    mode, logits = _load(small_gguf)
+    assert mode == "written" and torch.equal(logits, fresh)
+    assert packed_cache.read_index(path) is not None
+
+
+def test_an_unusable_cache_folder_falls_back_to_memory_with_one_warning(small_gguf, cache_home, caplog):
+    _, fresh = _load(small_gguf, layout_cache=False)
+    cache_home.mkdir(parents=True)
+    (cache_home / "packed").write_text("not a folder")  # mkdir fails as on a read-only disk
+    with caplog.at_level(logging.WARNING, logger="anypair"):
+        mode, logits = _load(small_gguf)
+    assert mode == "off" and torch.equal(logits, fresh)
+    assert len([r for r in caplog.records if "layout cache" in r.getMessage()]) == 1
+
+
+def test_the_environment_turns_the_cache_off(small_gguf, cache_home, monkeypatch):
+    monkeypatch.setenv("ANYPAIR_LAYOUT_CACHE", "0")
+    assert _load(small_gguf)[0] == "off"
+    assert not (cache_home / "packed").exists()
+
+
+@pytest.mark.parametrize("name", ["token_embd.weight", "output.weight", "blk.0.ffn_down.weight"])
+def test_rows_gathered_from_the_gguf_layout_are_bitwise_the_interleaved_ones(small_gguf, name):
+    from anypair.backends.gguf_file import GGUFFile
+    from anypair.kernels import QuantWeight, dequant_rows
+
+    tensor = GGUFFile(small_gguf).tensors[name]
+    packed = QuantWeight.from_gguf_tensor(tensor)
+    raw = QuantWeight.from_gguf_tensor(tensor, interleave=False)
+    assert packed.packed is not None and raw.packed is None
+    rows = sorted({0, 1, 15, 16, 17, packed.rows // 2, packed.rows - 1})
+    assert np.array_equal(dequant_rows(packed, rows).numpy(), dequant_rows(raw, rows).numpy())
+    with pytest.raises(IndexError):
+        dequant_rows(raw, [packed.rows])
