@@ -286,7 +286,7 @@ class QuantizedGGUFBackend(ModelBackend):
 
     def __init__(self, path: os.PathLike, *, name: str = "gguf", threads: Optional[int] = None,
                  context: Optional[int] = None, slots: int = 1, layout_cache: Optional[bool] = None) -> None:
-        """`layout_cache`: keep the kernels' layout of the file on disk and map it on later loads
+        """`layout_cache`: keep the kernels' layout of the file on disk and read it on later loads
         (kernels/packed_cache.py); None: on unless $ANYPAIR_LAYOUT_CACHE=0."""
         from anypair.kernels import load_library
         from anypair.kernels.packed_cache import LayoutCache

@@ -67,7 +67,7 @@ def measure_loads(path: Path, engines: Sequence[str], threads: int, context: int
                   progress: bool = True) -> dict:
     """Each engine's load in a fresh child process, engines alternating `repeats` times: medians and samples.
     The gguf engine's layout cache is removed first, so its first round is a first load (repack, and
-    the cache written) and the later rounds map the cache: reported apart as "first" and "cached"."""
+    the cache written) and the later rounds read the cache: reported apart as "first" and "cached"."""
     from anypair.kernels.packed_cache import cache_path
 
     if GGUF in engines:
