@@ -47,6 +47,10 @@ def test_row_costs_read_between_and_past_what_was_measured():
     assert costs.row(10) == pytest.approx(0.005)
     costs.observe(16, 0.22)  # smoothed, not replaced
     assert 0.12 < costs.seconds(16) < 0.22
+    stalled = EngineCosts()
+    stalled.observe(1, 0.1)
+    stalled.observe(1, 10.0)  # one forward stalled by the machine moves the figure at most 3x's share
+    assert stalled.seconds(1) == pytest.approx(0.7 * 0.1 + 0.3 * 0.3)
     assert costs.relative_slope(8) == costs.prior_slope == 0.1  # no one-row forward measured yet: the prior
     costs.observe(1, 0.03)
     assert costs.relative_slope(8) == pytest.approx((0.08 / 0.03 - 1) / 7)

@@ -129,6 +129,10 @@ class FixedCosts(CostModel):
         return steps * self.costs.draft_step + self.verify(feedback.proposed + 1)
 
 
+#: the most one timed forward may move an engine's smoothed figure up, as a multiple of it
+MAX_JUMP = 3.0
+
+
 class EngineCosts:
     """Seconds of one forward of an engine by its number of rows, as measured on the running engine:
     a smoothed figure per row count seen, and between two counts the line through them. Past the
@@ -158,6 +162,11 @@ class EngineCosts:
         if rows < 1 or not seconds > 0:
             return
         old = self._seconds.get(rows)
+        if old is not None:
+            # one forward stalled by the machine (another process, a page fault storm) counts as at most 3x
+            # the smoothed figure: its one sample would otherwise make a step look dear for many requests,
+            # and the ledger and the policies read this model; a real slow-down still arrives in a few steps
+            seconds = min(seconds, MAX_JUMP * old)
         self._seconds[rows] = seconds if old is None else (1 - self.smoothing) * old + self.smoothing * seconds
 
     def seconds(self, rows: float) -> float:
