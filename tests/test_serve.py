@@ -451,7 +451,6 @@ class HeldGenerator:
 
     engines = "held"
     target_backend = SimpleNamespace(max_context=1024)
-    max_positions = 1024
     target = SimpleNamespace(has_chat_template=True)
 
     def __init__(self) -> None:

@@ -91,7 +91,6 @@ class OnePieceGenerator:
 
     engines = "stand-in"
     target_backend = SimpleNamespace(max_context=1024)
-    max_positions = 1024
     target = SimpleNamespace(has_chat_template=True, renders_tools=False, hf_tokenizer=SimpleNamespace(
         chat_template="{% for m in messages %}{{ m.content }}{% endfor %}"))
 

@@ -50,7 +50,6 @@ class ScriptedGenerator:
 
     engines = "stand-in"
     target_backend = SimpleNamespace(max_context=1024)
-    max_positions = 1024
     target = SimpleNamespace(has_chat_template=True, renders_tools=True, hf_tokenizer=SimpleNamespace(
         chat_template="{% for m in messages %}{{ m.content }}{% endfor %}<tool_call>", added_tokens_encoder={}))
 

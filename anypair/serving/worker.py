@@ -38,9 +38,7 @@ class ServedGenerator(Protocol):
     """What the server uses of an AnyPairGenerator (a test can stand in for one with these)."""
 
     engines: str
-    target: Any  # `.render(prompt, messages) -> ids`, `.has_chat_template`
-    target_backend: Any
-    max_positions: int  # the most positions (prompt + new tokens) one request may hold
+    target: Any  # `.has_chat_template`, `.renders_tools`, `.hf_tokenizer`, `.tokenizer`
 
     def batch_scheduler(self, max_batch: int, queue_size: Optional[int] = None) -> "BatchScheduler": ...
 
@@ -110,7 +108,6 @@ class GenerationWorker:
     def __init__(self, generator: ServedGenerator, queue_size: int, max_batch: int = 1) -> None:
         if queue_size < 1:
             raise InputError(f"the queue size must be at least 1, got {queue_size}")
-        self.generator = generator
         self.queue_size = queue_size
         self.max_batch = max_batch
         # the one queue is the scheduler's: `queue_size` requests may wait beyond the free slots
