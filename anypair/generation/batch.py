@@ -180,8 +180,7 @@ class BatchScheduler:
             waiting = list(self.waiting)
             self.waiting.clear()
         for active in list(self.active):
-            self._end(active, None)
-            active.sink.dropped()
+            self._drop(active)
         for queued in waiting:
             queued.sink.dropped()
 
@@ -323,8 +322,7 @@ class BatchScheduler:
                 reply = None
                 active.sink.text(step)
                 if active.sink.cancelled():  # its text is going nowhere: free the slot now
-                    self._end(active, None)
-                    active.sink.dropped()
+                    self._drop(active)
                     return
         except StopIteration:
             self._end(active, None, finished=True)
@@ -341,12 +339,16 @@ class BatchScheduler:
         elif error is not None:
             active.sink.failed(error)
 
+    def _drop(self, active: _Active) -> None:
+        """End a request that is not finished (cancelled, or the scheduler closes); its sink is told."""
+        self._end(active, None)
+        active.sink.dropped()
+
     def _drop_cancelled(self) -> None:
         """The one way a request is cancelled: its sink says so (`cancelled()`), polled here at each
         round's start and after each piece of its text."""
         for active in [a for a in self.active if a.sink.cancelled()]:
-            self._end(active, None)
-            active.sink.dropped()
+            self._drop(active)
         with self._queue_lock:
             gone = [w for w in self.waiting if w.sink.cancelled()]
             for waiting in gone:

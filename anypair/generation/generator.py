@@ -258,7 +258,7 @@ class AnyPairGenerator:
             from anypair.drafters.lookup import PromptLookupDrafter
 
             return PromptLookupDrafter()
-        return HybridDrafter(self._model_drafter(sampling, noise, slot), verify_slope=self._batch_costs.target.relative_slope(4))
+        return HybridDrafter(self._model_drafter(sampling, noise, slot), verify_slope=self._lookup_slope())
 
     @staticmethod
     def _verifier(kind: VerifierKind, sampling: SamplingConfig, noise: Optional[PositionNoise]) -> Verifier:
@@ -276,6 +276,10 @@ class AnyPairGenerator:
         the target's engine's declared figure (`anypair.backends.engines`, each with its measurement),
         the prior of its measured cost model and the timing-free estimate's slope."""
         return verification_slope(self.target)
+
+    def _lookup_slope(self) -> float:
+        """The hybrid's price of a verified row: the target's measured slope at a short proposal's rows."""
+        return self._batch_costs.target.relative_slope(4)
 
     def _model_draft_costs(self) -> Optional[StepCosts]:
         """Timing-free step costs of drafting with the draft model (see policies.estimated_step_costs):
@@ -336,9 +340,9 @@ class AnyPairGenerator:
         target_ids = self.target.render(request.prompt, request.messages, request.tools)
         if not target_ids:
             raise InputError("the prompt encodes to no tokens for the target model")
-        room, limit = self._room(request, target_ids)
+        room, limit = self._room(request, target_ids, plan)
         if request.max_new_tokens > room:  # the one check of a request's fit (the server's 400 names the field)
-            raise InputError(f"{limit.format(new=request.max_new_tokens)}",
+            raise InputError(limit.format(new=request.max_new_tokens),
                              field=("messages" if request.messages is not None else "prompt") if room < 1
                              else "max_new_tokens", code="context_length_exceeded")
         sampling = request.sampling
@@ -352,7 +356,7 @@ class AnyPairGenerator:
             # the pair's costs and calibration, as earlier requests of this kind measured them
             policy.remember(self._drafting_history(plan, request).memory)
         else:  # the ledger keeps the draft model off: prompt-lookup matches only
-            drafter, policy = HybridDrafter(None, verify_slope=self._batch_costs.target.relative_slope(4)), ConstantLength(0)
+            drafter, policy = HybridDrafter(None, verify_slope=self._lookup_slope()), ConstantLength(0)
         messages = list(request.messages) if request.messages is not None else None
         tools = list(request.tools) if request.tools is not None else None
         draft_request = DraftRequest(target_ids, prompt=request.prompt, messages=messages, tools=tools)
@@ -410,14 +414,14 @@ class AnyPairGenerator:
         if outcome is not None:
             entry.ledger.record(outcome, entry.decision.exploring)
 
-    def _room(self, request: GenerationRequest, target_ids: list[int]) -> tuple[int, str]:
+    def _room(self, request: GenerationRequest, target_ids: list[int], plan: RequestPlan) -> tuple[int, str]:
         """New tokens the request's prompt leaves room for (the target's positions, and the draft's
         context where a draft model reads it), and the message of the limit that binds ({new}: the
         tokens asked for)."""
         room = self.max_positions - len(target_ids)
         limit = (f"prompt ({len(target_ids)} tokens) + max_new_tokens ({{new}}) exceeds {self._positions_why}: "
                  "shorten the prompt or lower max_new_tokens")
-        if self.plan(request).drafts_with_model:
+        if plan.drafts_with_model:
             assert self.draft_backend is not None
             draft_length = len(target_ids if self.same_vocabulary else
                                self._draft_prompt_ids(request.prompt, request.messages, target_ids, request.tools))
@@ -454,7 +458,7 @@ class AnyPairGenerator:
         after the prompt, and the draft's where a draft model reads it (`anypair generate` writes up to
         the end-of-turn token within this bound, as llama.cpp's CLI writes to the end of its context)."""
         request = GenerationRequest.of(prompt, messages=messages, max_new_tokens=1, assisted=assisted)
-        return self._room(request, self.target.render(request.prompt, request.messages))[0]
+        return self._room(request, self.target.render(request.prompt, request.messages), self.plan(request))[0]
 
     def generate(self, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
                  max_new_tokens: int = 128, stop: Union[str, Sequence[str], None] = None,
