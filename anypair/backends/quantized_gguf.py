@@ -316,7 +316,7 @@ class QuantizedGGUFBackend(ModelBackend):
         self._outside_layers: Optional[dict[str, float]] = None  # seconds of the parts timed in Python, while profiling
 
     def _load_weights(self, gguf: GGUFFile, layout) -> None:
-        """The embedding, head and layers, each matrix interleaved (or mapped from `layout`) in turn."""
+        """The embedding, head and layers, each matrix interleaved (or read from `layout`) in turn."""
         from anypair.kernels import LinearGroup
 
         shape, tensors, release = self.shape, gguf.tensors, gguf.release_pages

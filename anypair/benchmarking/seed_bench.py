@@ -238,7 +238,7 @@ def format_table(result: dict) -> str:
                      + (f"; prefill {prefill['tokens']} tokens {prefill['s']:.1f} s = "
                         f"{prefill['tokens_per_s']:.1f} tok/s" if prefill else ""))
         for name, what in (("first", "first load (repack; layout cache written)"),
-                           ("cached", "later loads (cache mapped)")):
+                           ("cached", "later loads (cache read)")):
             if name in load:
                 part = load[name]
                 lines.append(f"  - {what}: {part['load_s']:.2f} s (first logits {part['first_logits_s']:.2f} s), "

@@ -62,7 +62,7 @@ class QuantWeight:
     type_name: str = ""
     #: False: keep the GGUF rows as they are, for a matrix only ever gathered by rows (`dequant_rows`)
     interleave: bool = True
-    #: where the interleaved copy goes (kernels/packed_cache.py, with this matrix's `cache_key`); None: memory
+    #: the load's layout cache (kernels/packed_cache.py; this matrix's entry: `cache_key`); None: none
     layout: Optional[Any] = field(default=None, repr=False)  # a packed_cache.LayoutCache (passed in by the engine)
     cache_key: str = ""
     #: the interleaved copy the kernels read (Q4_1/Q5_0/Q4_K/Q6_K), else None: `data` is read in place
@@ -80,7 +80,7 @@ class QuantWeight:
             self.bias = self.bias.detach().to(torch.float32).contiguous()
         self.type_name = self.type_name or NATIVE_TYPES[self.ggml_type]
         kernel_type, kernel_data = self.ggml_type, self.data
-        #: whether `packed` was made now from `data` (False: mapped from the layout cache, or none)
+        #: whether `packed` was made now from `data` (False: read from the layout cache, or none)
         self.repacked = False
         if self.ggml_type in INTERLEAVED_TYPES and self.interleave:
             kernel_type, self.packed, self.repacked = _interleave(self.ggml_type, self.data, self.rows, self.cols,
@@ -139,8 +139,8 @@ def huge_page_bytes(size: int) -> np.ndarray:
 def _interleave(ggml_type: int, rows: np.ndarray, count: int, cols: int, layout: Optional[Any] = None,
                 key: str = "") -> tuple[int, np.ndarray, bool]:
     """Q4_1/Q5_0/Q8_0/Q4_K/Q6_K rows -> (kernel type, interleaved bytes, whether repacked now): groups
-    of 16 rows (csrc/repack.c), in anonymous huge pages, or in the layout cache's file (where a
-    previous load may have left them: then nothing is repacked)."""
+    of 16 rows (csrc/repack.c), in anonymous huge pages; read from the load's layout cache where a
+    previous load left them (then nothing is repacked)."""
     lib = load_library()
     size = lib.ap_packed_bytes(ggml_type, count, cols)
     if size == 0:

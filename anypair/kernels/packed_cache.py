@@ -13,9 +13,9 @@ The cache is `$ANYPAIR_HOME/packed/<source key>-<layout key>.packed`:
   checked at every load, so a GGUF replaced in place is repacked (and its old cache replaced);
 - layout key: a hash of csrc/repack.c, csrc/ap_common.h (the layouts and their structs) and FORMAT,
   so an edit of the layout code never reads bytes laid out by the old one.
-The file: one region per matrix, each aligned to 2 MiB (huge-page mappable), then a JSON index, then
-a trailer (index offset, index length, MAGIC). It is written under a temporary name and renamed
-only once its bytes are on disk (fsync): a crash mid-write leaves no file that loads.
+The file: one region per matrix, each aligned to 2 MiB, then a JSON index, then a trailer (index
+offset, index length, MAGIC). It is written under a temporary name and renamed only once its bytes
+are on disk (fsync): a crash mid-write leaves no file that loads.
 `ANYPAIR_LAYOUT_CACHE=0` (or the engine's `layout_cache=False`) turns the cache off; a read-only or
 full disk falls back to the in-memory repack, with one warning line.
 """
@@ -40,8 +40,10 @@ logger = logging.getLogger("anypair")
 FORMAT = 1
 MAGIC = b"APLAYOUT"
 _TRAILER = struct.Struct("<QQ8s")
-_ALIGN = 2 << 20  # regions on 2 MiB boundaries: the mapping can use huge pages
+_ALIGN = 2 << 20  # regions on 2 MiB boundaries (a region could be mapped as huge pages; loads copy, see `_read`)
 _SOURCES = Path(__file__).with_name("csrc")
+
+
 def cache_enabled(option: Optional[bool] = None) -> bool:
     """The engine's option where given, else $ANYPAIR_LAYOUT_CACHE (anything but 0/false/no/off: on)."""
     if option is not None:
@@ -72,9 +74,10 @@ def _source_stamp(source: Path) -> dict:
 
 
 class LayoutCache:
-    """Where each interleaved matrix's bytes go during one load: a region of the cache file being
-    written, a region of the cache file already written (nothing to repack), or anonymous memory
-    (cache off or unusable). `buffer()` for each matrix in load order, then `finish()`."""
+    """Where each interleaved matrix's bytes come from during one load, always into anonymous memory:
+    read from a cache file already written (nothing to repack), or repacked and then written to a new
+    cache file (`finish`), or repacked only (cache off or unusable). `buffer()` for each matrix in
+    load order, then `finish()`."""
 
     def __init__(self, source: Path, enabled: Optional[bool] = None) -> None:
         self.source = Path(source)
@@ -105,8 +108,8 @@ class LayoutCache:
               allocate: Callable[[int], np.ndarray]) -> Optional[np.ndarray]:
         """Matrix `key`'s interleaved bytes, read from the cache into memory of `allocate` (anonymous
         huge pages), not mapped: on this VM a step over the file's mapped pages ran 0-20% slower than
-        over anonymous huge pages (interleaved A/B, Qwen2.5-7B shape), and the copy costs ~1 s a 5 GB
-        file. None when the cache has no such matrix."""
+        over anonymous huge pages (interleaved A/B, Qwen2.5-7B shape), and reading a 5 GB file from the
+        page cache took 1.5 s. None when the cache has no such matrix."""
         entry = self._entries.get(key)
         if entry is None or entry["size"] != size or entry["type"] != kernel_type:
             return None
@@ -142,7 +145,7 @@ class LayoutCache:
     def buffer(self, key: str, kernel_type: int, size: int,
                allocate: Callable[[int], np.ndarray]) -> tuple[np.ndarray, bool]:
         """(the `size` bytes matrix `key` is read from, whether they already hold its interleaved
-        layout); the caller repacks into them when not. `allocate(size)`: memory for a repack
+        layout); the caller repacks into them when not. `allocate(size)`: the memory either way
         (ops.huge_page_bytes, passed in: ops imports this module's users, not the other way)."""
         if self.mode == "read":
             view = self._read(key, kernel_type, size, allocate)
@@ -182,13 +185,8 @@ def _write(handle, temp: Path, final: Path, arrays: list, entries: list, end: in
         os.posix_fallocate(handle.fileno(), 0, end + len(index) + _TRAILER.size)  # a full disk fails here, at once
         for array, entry in zip(arrays, entries):
             view = memoryview(array)
-            # whole 2 MiB writes, the last one padded: the page cache keeps each as one huge folio, which
-            # a later load maps as one huge page (4 KiB pages cost a step 20%, measured at 7B)
-            for at in range(0, entry["size"], _ALIGN):
-                chunk = view[at:at + _ALIGN]
-                if len(chunk) < _ALIGN:
-                    chunk = bytes(chunk) + bytes(_ALIGN - len(chunk))
-                os.pwrite(handle.fileno(), chunk, entry["offset"] + at)
+            for at in range(0, entry["size"], _ALIGN):  # pieces: one write call takes at most ~2 GB
+                os.pwrite(handle.fileno(), view[at:at + _ALIGN], entry["offset"] + at)
         os.pwrite(handle.fileno(), index + _TRAILER.pack(end, len(index), MAGIC), end)
         os.fsync(handle.fileno())
         handle.close()
