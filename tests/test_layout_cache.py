@@ -39,7 +39,8 @@ def cache_home(tmp_path, monkeypatch):
 def _load(path, **options):
     from anypair.backends.quantized_gguf import QuantizedGGUFBackend
 
-    engine = QuantizedGGUFBackend(path, threads=1, context=64, **options)
+    options.setdefault("threads", 1)
+    engine = QuantizedGGUFBackend(path, context=64, **options)
     logits = engine.extend(IDS, all_logits=True)
     mode = engine.layout_cache.mode
     if mode == "written":  # the file is renamed into place by a background thread
@@ -54,6 +55,34 @@ def test_a_model_read_from_the_cache_gives_bitwise_a_fresh_repacks_logits(small_
     assert (off_mode, first_mode, second_mode) == ("off", "written", "read")
     assert torch.equal(fresh, first) and torch.equal(fresh, second)
     assert [p.name for p in (cache_home / "packed").iterdir()] == [packed_cache.cache_path(small_gguf).name]
+
+
+def test_a_read_in_pieces_on_two_threads_gives_bitwise_the_same_logits(small_gguf, cache_home, monkeypatch):
+    _, fresh = _load(small_gguf, layout_cache=False)
+    assert _load(small_gguf)[0] == "written"
+    monkeypatch.setattr(packed_cache, "_PIECE", 4096)  # every matrix in many pieces, shared by the threads
+    mode, logits = _load(small_gguf, threads=2)
+    assert mode == "read" and torch.equal(logits, fresh)
+
+
+def test_a_matrix_whose_read_fails_is_repacked_with_one_warning(small_gguf, cache_home, monkeypatch, caplog):
+    _, fresh = _load(small_gguf, layout_cache=False)
+    assert _load(small_gguf)[0] == "written"
+    reads = []
+    real = packed_cache._read_piece
+
+    def failing_third(fd, view, offset):
+        reads.append(offset)
+        if len(reads) == 3:
+            view[:] = 0  # half-read garbage must not survive
+            raise OSError("input/output error")
+        real(fd, view, offset)
+
+    monkeypatch.setattr(packed_cache, "_read_piece", failing_third)
+    with caplog.at_level(logging.WARNING, logger="anypair"):
+        mode, logits = _load(small_gguf)
+    assert mode == "read" and len(reads) > 3 and torch.equal(logits, fresh)
+    assert len([r for r in caplog.records if "could not be read" in r.getMessage()]) == 1
 
 
 def test_the_cache_is_rebuilt_when_the_gguf_or_the_layout_code_changes(small_gguf, cache_home, monkeypatch):

@@ -303,7 +303,7 @@ class QuantizedGGUFBackend(ModelBackend):
             raise InputError(f"{name}: slots must be at least 1, got {slots}")
         # sequences whose KV state the engine holds at once (continuous batching); the engine itself is slot 0
         self._slots = slots
-        self.layout_cache = LayoutCache(self.path, layout_cache)
+        self.layout_cache = LayoutCache(self.path, layout_cache, threads=self.threads)
         self._load_weights(gguf, self.layout_cache)
         self.layout_cache.finish()
         matrices = [w for layer in self.layers for w in layer.matrices]

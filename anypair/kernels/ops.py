@@ -140,19 +140,24 @@ def _interleave(ggml_type: int, rows: np.ndarray, count: int, cols: int, layout:
                 key: str = "") -> tuple[int, np.ndarray, bool]:
     """Q4_1/Q5_0/Q8_0/Q4_K/Q6_K rows -> (kernel type, interleaved bytes, whether repacked now): groups
     of 16 rows (csrc/repack.c), in anonymous huge pages; read from the load's layout cache where a
-    previous load left them (then nothing is repacked)."""
+    previous load left them (then nothing is repacked, and the bytes are there once the layout's
+    `finish()` has returned)."""
     lib = load_library()
     size = lib.ap_packed_bytes(ggml_type, count, cols)
     if size == 0:
         block = 32 if ggml_type in (3, 6, 8) else 256
         raise ValueError(f"{NATIVE_TYPES[ggml_type]} matrix [{count}, {cols}]: columns must be a multiple of {block}")
     kernel_type = lib.ap_packed_type(ggml_type)
-    packed, filled = (layout.buffer(key, kernel_type, size, huge_page_bytes) if layout is not None
-                      else (huge_page_bytes(size), False))
-    if filled:
-        return kernel_type, packed, False
-    if lib.ap_repack(ggml_type, rows.ctypes.data, rows.shape[1], count, cols, packed.ctypes.data, 0) < 0:
-        raise ValueError(f"cannot interleave a {NATIVE_TYPES[ggml_type]} matrix [{count}, {cols}]")
+
+    def repack(packed: np.ndarray) -> None:
+        if lib.ap_repack(ggml_type, rows.ctypes.data, rows.shape[1], count, cols, packed.ctypes.data, 0) < 0:
+            raise ValueError(f"cannot interleave a {NATIVE_TYPES[ggml_type]} matrix [{count}, {cols}]")
+
+    if layout is not None:
+        packed, filled = layout.buffer(key, kernel_type, size, huge_page_bytes, repack)
+        return kernel_type, packed, not filled
+    packed = huge_page_bytes(size)
+    repack(packed)
     return kernel_type, packed, True
 
 

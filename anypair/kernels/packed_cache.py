@@ -4,8 +4,9 @@ At load the engine rearranges every Q4_1/Q5_0/Q8_0/Q4_K/Q6_K matrix into groups 
 (csrc/repack.c): for a 7B model that is seconds of work on 2 cores, and the result is a second copy of
 the weights. The first load of a file repacks into anonymous huge pages as before, and a background
 thread writes the result to a cache file; later loads of the same file read it into anonymous huge
-pages (copied, not mapped: a step over the file's mapped pages ran 0-20% slower here) and repack
-nothing. (Repacking straight into the file's pages was tried: on this project's Xeon the dirty
+pages (copied, not mapped: a step over the file's mapped pages ran 0-20% slower here), on the
+engine's threads at once (faulting in fresh huge pages is most of a read's time, and each thread
+faults its own), and repack nothing. (Repacking straight into the file's pages was tried: on this project's Xeon the dirty
 pages are throttled at the disk's write rate, 12.6 s for the 7B load against 7.9 s in memory.)
 
 The cache is `$ANYPAIR_HOME/packed/<source key>-<layout key>.packed`:
@@ -27,6 +28,7 @@ import logging
 import os
 import struct
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -42,6 +44,7 @@ MAGIC = b"APLAYOUT"
 _TRAILER = struct.Struct("<QQ8s")
 _ALIGN = 2 << 20  # regions on 2 MiB boundaries (a region could be mapped as huge pages; loads copy, see `_read`)
 _SOURCES = Path(__file__).with_name("csrc")
+_PIECE = 64 << 20  # a read's unit: small enough to share a matrix between the threads, large for few calls
 
 
 def cache_enabled(option: Optional[bool] = None) -> bool:
@@ -79,11 +82,13 @@ class LayoutCache:
     cache file (`finish`), or repacked only (cache off or unusable). `buffer()` for each matrix in
     load order, then `finish()`."""
 
-    def __init__(self, source: Path, enabled: Optional[bool] = None) -> None:
+    def __init__(self, source: Path, enabled: Optional[bool] = None, threads: int = 1) -> None:
         self.source = Path(source)
         self.mode = "off"
+        self.threads = max(1, int(threads))
         self._entries: dict[str, dict] = {}
         self._handle = None
+        self._pending: list[tuple[str, np.ndarray, Callable[[np.ndarray], None], list[Future]]] = []
         if not cache_enabled(enabled):
             return
         self.path = cache_path(self.source)
@@ -101,23 +106,40 @@ class LayoutCache:
             return False
         self._handle = open(self.path, "rb")
         self._entries = {entry["key"]: entry for entry in index["entries"]}
+        self._pool: Optional[ThreadPoolExecutor] = None
         self.mode = "read"
         return True
 
-    def _read(self, key: str, kernel_type: int, size: int,
-              allocate: Callable[[int], np.ndarray]) -> Optional[np.ndarray]:
-        """Matrix `key`'s interleaved bytes, read from the cache into memory of `allocate` (anonymous
-        huge pages), not mapped: on this VM a step over the file's mapped pages ran 0-20% slower than
-        over anonymous huge pages (interleaved A/B, Qwen2.5-7B shape), and reading a 5 GB file from the
-        page cache took 1.5 s. None when the cache has no such matrix."""
+    def _read(self, key: str, kernel_type: int, size: int, allocate: Callable[[int], np.ndarray],
+              repack: Callable[[np.ndarray], None]) -> Optional[np.ndarray]:
+        """Matrix `key`'s memory from `allocate` (anonymous huge pages), its interleaved bytes read from
+        the cache by the pool's threads by the time `finish()` returns (`repack` fills it instead where
+        a read fails); None when the cache has no such matrix. Read, not mapped: on this VM a step over
+        the file's mapped pages ran 0-20% slower than over anonymous huge pages (interleaved A/B,
+        Qwen2.5-7B shape)."""
         entry = self._entries.get(key)
         if entry is None or entry["size"] != size or entry["type"] != kernel_type:
             return None
         view = allocate(size)
-        self._handle.seek(entry["offset"])
-        if self._handle.readinto(memoryview(view)) != size:
-            return None
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="anypair-layout-read")
+        reads = [self._pool.submit(_read_piece, self._handle.fileno(), view[start:start + _PIECE], entry["offset"] + start)
+                 for start in range(0, size, _PIECE)]
+        self._pending.append((key, view, repack, reads))
         return view
+
+    def _wait_for_reads(self) -> None:
+        """Every scheduled read done; a matrix whose read failed is repacked from the GGUF, one warning."""
+        for key, view, repack, reads in self._pending:
+            failures = [read.exception() for read in reads if read.exception() is not None]
+            if failures:
+                logger.warning("the layout cache %s: matrix %s could not be read (%s): repacking it in memory",
+                               self.path, key, failures[0])
+                repack(view)
+        self._pending.clear()
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
 
     # -- writing ------------------------------------------------------------------------------------
 
@@ -142,29 +164,34 @@ class LayoutCache:
 
     # -- the engine's side --------------------------------------------------------------------------
 
-    def buffer(self, key: str, kernel_type: int, size: int,
-               allocate: Callable[[int], np.ndarray]) -> tuple[np.ndarray, bool]:
-        """(the `size` bytes matrix `key` is read from, whether they already hold its interleaved
-        layout); the caller repacks into them when not. `allocate(size)`: the memory either way
-        (ops.huge_page_bytes, passed in: ops imports this module's users, not the other way)."""
+    def buffer(self, key: str, kernel_type: int, size: int, allocate: Callable[[int], np.ndarray],
+               repack: Callable[[np.ndarray], None]) -> tuple[np.ndarray, bool]:
+        """(the `size` bytes matrix `key` is read from, whether the cache fills them: then they hold its
+        interleaved layout once `finish()` returns). Otherwise `repack(view)` has filled them already.
+        `allocate(size)`: the memory either way (ops.huge_page_bytes, passed in: ops imports this
+        module's users, not the other way)."""
         if self.mode == "read":
-            view = self._read(key, kernel_type, size, allocate)
+            view = self._read(key, kernel_type, size, allocate, repack)
             if view is not None:
                 return view, True
             logger.warning("the layout cache %s has no matrix %s of this shape: repacking it in memory", self.path, key)
         elif self.mode == "write":
             view = allocate(size)
+            repack(view)
             self._entries[key] = {"key": key, "type": kernel_type, "offset": self._end, "size": size}
             self._arrays.append(view)
             self._end += -(-size // _ALIGN) * _ALIGN
             return view, False
-        return allocate(size), False
+        view = allocate(size)
+        repack(view)
+        return view, False
 
     def finish(self) -> None:
         """After the last matrix: the file written by a background thread from the matrices' memory
         (the load does not wait for the disk; the process waits for the thread at exit); a cache
         read from is closed."""
         if self.mode == "read" and self._handle is not None:
+            self._wait_for_reads()
             self._handle.close()
             self._handle = None
         if self.mode != "write":
@@ -176,6 +203,14 @@ class LayoutCache:
                                            args=(self._handle, self._temp, self.path, self._arrays,
                                                  list(self._entries.values()), self._end, index))
         self._committer.start()
+
+
+def _read_piece(fd: int, view: np.ndarray, offset: int) -> None:
+    """One piece of a matrix from the cache file (os.preadv lets go of the GIL: the threads read, and
+    fault in their pages, at once)."""
+    done = os.preadv(fd, [memoryview(view)], offset)
+    if done != view.nbytes:
+        raise OSError(f"short read: {done} of {view.nbytes} bytes at offset {offset}")
 
 
 def _write(handle, temp: Path, final: Path, arrays: list, entries: list, end: int, index: bytes) -> None:
