@@ -19,7 +19,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import anypair.translator.sync as sync_module
+import anypair.translator.translate as translate_module
 from anypair.inspect_pair import DEFAULT_SAMPLE_TEXT, HARD_STRINGS
 from anypair.tokenization.base import TokenizerAdapter
 from anypair.translator import DraftRealignment, DraftSync, Translation, Translator, VocabMap
@@ -66,7 +66,8 @@ def _pair_id(pair: tuple[str, str]) -> str:
 
 # real text: this package's own source (tabs-free code), prose, CJK, emoji, and the hard strings
 def _real_text() -> str:
-    source = (Path(sync_module.__file__)).read_text(encoding="utf-8")[:2500]
+    source = Path(translate_module.__file__).read_text(encoding="utf-8")
+    source = source[source.index("class DraftSync"):][:2500]
     return "\n".join([DEFAULT_SAMPLE_TEXT, source, *HARD_STRINGS, "  \t  mixed\t\twhitespace  \n\n\n end"])
 
 

@@ -26,8 +26,8 @@ import torch
 from anypair.drafters.base import DraftCall, DraftRequest, Drafter
 from anypair.drafters.lookup import PromptLookupDrafter
 from anypair.drafters.model import ModelDrafter
-from anypair.policies.acceptance import AcceptanceEstimate
-from anypair.policies.expected_rate import best_length
+from anypair.policies.adaptive import AcceptanceEstimate
+from anypair.policies.adaptive import best_length
 from anypair.types import DraftBudget, Proposal
 
 #: what a lookup "step" is priced at, in target steps (an index lookup per round, no model)

@@ -20,6 +20,10 @@ sent the logits back.
 The batch scheduler (`generation.batch`) runs every session, alone or beside others: it gathers the
 calls of every active session into one shared forward. There is no other path, so a request's text
 is the same alone or in company.
+
+What the rounds measured is recorded beside the loop, at the end of this file (`RoundRecorder`): the
+loop names its stages (budget, proposal, verification, commit) and hands each stage's figures there
+in one call; the `GenerationStats` of its result is filled in there only.
 """
 from __future__ import annotations
 
@@ -31,11 +35,10 @@ from typing import Generator, Optional, Sequence, Union
 import torch
 
 from anypair.backends.base import ModelBackend, Slot, slot_of
-from anypair.drafters.base import DraftCall, DraftRequest, Drafter, NoDrafter
-from anypair.generation.recorder import RoundRecorder
+from anypair.drafters.base import DraftCall, Drafter, DraftRequest, NoDrafter
 from anypair.generation.text import TextAssembler
 from anypair.policies import DraftLengthPolicy
-from anypair.policies.acceptance import AcceptanceEstimate
+from anypair.policies.adaptive import AcceptanceEstimate
 from anypair.tokenization.base import TokenizerAdapter
 from anypair.types import (
     DraftBudget,
@@ -354,3 +357,57 @@ class DecodeSession:
         self._empty_rounds = self._empty_rounds + 1 if nothing_usable else 0
         if self._empty_rounds >= MAX_EMPTY_ROUNDS and not self.drafter_off:
             self._disable_drafter(f"the drafter proposed nothing usable in {MAX_EMPTY_ROUNDS} consecutive rounds")
+
+
+class RoundRecorder:
+    """What one request's rounds measured: one call a stage of the loop, into its `GenerationStats`."""
+
+    def __init__(self, stats: GenerationStats) -> None:
+        self.stats = stats
+
+    def prefilled(self, seconds: float) -> None:
+        """The prompt read and the first token chosen."""
+        self.stats.time_prefill_s = self.stats.time_to_first_token_s = seconds
+
+    def budgeted(self, length: int, capped_by: Optional[str]) -> None:
+        """A round that may draft `length` steps (0: none), cut by the batch for `capped_by` (None: not cut)."""
+        stats = self.stats
+        if capped_by is not None:
+            stats.draft_capped_rounds += 1
+            stats.batch_draft_note = capped_by
+        stats.draft_length_sum += length
+        stats.draft_rounds += length > 0
+
+    def drafter_work(self, seconds: float) -> None:
+        """The drafter's work outside a proposal (its start, its commits)."""
+        self.stats.time_drafting_s += seconds
+
+    def proposed(self, seconds: float, proposal: Proposal) -> None:
+        """The round's proposal took `seconds`, its translation included."""
+        self.stats.time_translating_s += proposal.translate_seconds
+        self.stats.time_drafting_s += seconds - proposal.translate_seconds
+
+    def verified(self, seconds: float, batch_size: int, rows: int, undrafted_in_a_batch: bool) -> None:
+        """The verification forward cost this request `seconds`; it scored `rows` rows of `batch_size`
+        requests."""
+        stats = self.stats
+        stats.time_verifying_s += seconds
+        stats.batch_size_sum += batch_size
+        stats.rows_sum += rows
+        stats.batch_size_max = max(stats.batch_size_max, batch_size)
+        stats.undrafted_shared_rounds += undrafted_in_a_batch
+
+    def committed(self, proposal: Proposal, outcome: VerifyOutcome) -> None:
+        """A round ended: what was proposed, by whom, and what was kept."""
+        stats = self.stats
+        stats.rounds += 1
+        stats.draft_tokens_proposed += len(proposal)
+        stats.draft_tokens_accepted += outcome.n_accepted
+        if len(proposal):
+            source = proposal.source
+            stats.proposals_by_source[source] = stats.proposals_by_source.get(source, 0) + len(proposal)
+            stats.accepted_by_source[source] = stats.accepted_by_source.get(source, 0) + outcome.n_accepted
+
+    def finished(self, new_tokens: int, seconds: float) -> None:
+        self.stats.new_tokens = new_tokens
+        self.stats.total_time_s = seconds

@@ -7,7 +7,8 @@
   when drafting cannot pay.
 - `ConfidenceStopLength`: for drafters that stop by their own confidence: a cap, a calibrated stop
   threshold, and a pause (with probes that back off and never stop) while drafting loses time.
-- `AdaptiveLength` (the default): one of the two above, whichever the drafter can use.
+- `AdaptiveLength` (the default): one of the two above, whichever the drafter can use. The default
+  policy is one file, `adaptive.py`, with its parts (`AcceptanceEstimate`, `ProbeSchedule`).
 
 Across requests, `ledger.DraftingLedger` remembers whether drafting paid on a generator's recent
 requests; only when it lost on most of many of them does the generator run requests without the
@@ -16,8 +17,7 @@ Within a batch (requests sharing each forward), `batch.plan_batch_drafts` caps e
 (to none under load) from the costs measured on the running engines.
 
 Parts: `costs` (`EngineCosts`, the one cost model of an engine, measured by the scheduler; the
-CostModel interface the length policies read: `TimedCosts` on the engines' costs, `FixedCosts`), `acceptance`
-(`AcceptanceEstimate`), `probes` (`ProbeSchedule`). `POLICIES` is the one list of the policies'
+CostModel interface the length policies read: `TimedCosts` on the engines' costs, `FixedCosts`). `POLICIES` is the one list of the policies'
 names (the CLI's --draft-length, the options' check and `make_policy` read it); `make_policy`
 builds one from a name and `num_draft_tokens`.
 """
@@ -25,10 +25,16 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Union
 
-from anypair.policies.acceptance import AcceptanceEstimate
-from anypair.policies.adaptive import AdaptiveLength
+from anypair.policies.adaptive import (
+    AcceptanceEstimate,
+    AdaptiveLength,
+    ConfidenceCalibration,
+    ConfidenceStopLength,
+    ExpectedRateLength,
+    ProbeSchedule,
+    best_length,
+)
 from anypair.policies.base import DraftLengthPolicy
-from anypair.policies.confidence_stop import ConfidenceCalibration, ConfidenceStopLength
 from anypair.policies.constant import ConstantLength
 from anypair.policies.costs import (
     CostModel,
@@ -39,10 +45,8 @@ from anypair.policies.costs import (
     draft_prompt_window,
     estimated_step_costs,
 )
-from anypair.policies.expected_rate import ExpectedRateLength, best_length
 from anypair.policies.heuristic import HeuristicLength
 from anypair.policies.ledger import DraftingLedger, LedgerDecision, RequestOutcome
-from anypair.policies.probes import ProbeSchedule
 from anypair.types import RoundFeedback
 
 #: a fixed length's default, and the heuristic's start, when num_draft_tokens is not given

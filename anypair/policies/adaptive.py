@@ -1,4 +1,12 @@
-"""AdaptiveLength, the default policy: `ConfidenceStopLength` when the drafter stops by its own
+"""The default draft-length policy, whole: `AdaptiveLength` and the parts it is made of.
+
+Its terms, each round: the acceptance estimate (`AcceptanceEstimate`) or the draft's own confidence
+(calibrated across vocabularies, `ConfidenceCalibration`), the measured costs of this target and
+draft (`policies.costs`), and the probe schedule while drafting pauses (`ProbeSchedule`).
+
+## AdaptiveLength
+
+The default policy: `ConfidenceStopLength` when the drafter stops by its own
 confidence, `ExpectedRateLength` otherwise, chosen at each request's reset. Both price rounds with
 measured timings, or with `fixed_costs` (see `policies.costs`).
 
@@ -8,17 +16,263 @@ often the target keeps its proposals, are facts of the pair on this machine, not
 priced and stopped with what earlier requests measured instead of priors (a new request started at a
 stop confidence of 0.3 and unknown costs, and its first rounds' timings decided its pause). Within a
 request the acceptance estimate, the pause and the probes still start afresh: predictability is the
-text's."""
+text's.
+
+## ExpectedRateLength
+
+The length that maximises expected committed tokens per unit of cost.
+
+With per-token acceptance a, E[tokens | k] = (1 - a^(k+1)) / (1 - a) (accepted draft tokens plus
+the target's own) and cost(k) = k * draft_step + verify(k + 1). k = 0 (no drafting: a plain target
+step) is chosen when no draft length pays for itself; the probe schedule then drafts one round now
+and then so the acceptance estimate can recover (never stopping: see `ProbeSchedule`).
+
+## ConfidenceStopLength
+
+For drafters that stop by their own confidence. The length is only a cap; the policy's lever is the
+stopping point, and pausing drafting while it loses time.
+
+One more draft token is worth proposing while the draft's probability that everything so far is
+right, times the value of a token (one target step, verify(1)), exceeds what the token costs (a
+draft step plus the verification slope). Acceptance per round is far from geometric (boilerplate
+runs, then hard spots) and the draft's own confidence tells the two apart, where one averaged
+acceptance rate cannot.
+
+Each round still pays at least one draft step, so the policy also keeps the net time each drafting
+round saved against a plain target step; while that average is negative after at least
+`min_rounds` drafting rounds of the request (a pause needs evidence: the first rounds of a request,
+its prompt's restatement, are often the hardest to predict) it pauses drafting (length 0) and
+probes again (see `ProbeSchedule`: probes back off but never stop); a probe that pays resumes
+drafting at once. A probe is judged without the draft's catch-up read of what was committed while
+it paused: that read is the price of having paused, not of drafting from here on.
+
+A small draft is often right with little confidence on text the target writes (code boilerplate
+in another model's style), so the advice is calibrated online (`ConfidenceCalibration`).
+
+## ProbeSchedule
+
+While a policy has paused drafting (length 0), one round now and then drafts anyway (a probe), so the
+policy notices when the text becomes predictable again.
+
+Probes back off but never stop: the first comes after `first_after` paused rounds, each probe that
+fails doubles the wait up to `longest_wait`, and one that resumes drafting resets it. The text of one
+request changes predictability many times (a function header, then a loop body that repeats names),
+so a request that stopped probing after a few early misses ran the rest as the target alone: on
+HumanEval/9 (Qwen2.5-Coder-1.5B, SmolLM2-135M) the policy that gave up after 3 failed probes
+proposed 6 tokens in 127 rounds, while a constant 4-token draft kept 69% of its 120 proposed tokens
+and took 44 rounds.
+
+What a probe costs bounds the wait: one round of draft steps plus the draft's catch-up read of the
+tokens committed since it last drafted (one batched forward; on 2 cores ~0.7 ms a token against
+~3-8 ms a step). At the longest wait of 8 rounds a probe every ninth round costs a few percent of a
+request in which drafting never pays again; the cross-request ledger (`policies.ledger`) is what
+stops a pair that never pays.
+
+## AcceptanceEstimate
+
+The per-token acceptance estimate: the chance the target keeps the next proposed token, given it kept
+the ones before (the rate of a geometric process), smoothed over rounds.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from anypair.policies.base import DraftLengthPolicy
-from anypair.policies.confidence_stop import ConfidenceCalibration, ConfidenceStopLength
 from anypair.policies.costs import CostModel, FixedCosts, StepCosts, TimedCosts
-from anypair.policies.expected_rate import ExpectedRateLength
 from anypair.types import RoundFeedback
+
+
+class AcceptanceEstimate:
+    def __init__(self, prior: float = 0.7, smoothing: float = 0.3) -> None:
+        self.prior = prior
+        self.smoothing = smoothing
+        self.rate = prior
+
+    def reset(self) -> None:
+        self.rate = self.prior
+
+    def observe(self, feedback: RoundFeedback) -> None:
+        self.observe_counts(feedback.accepted, feedback.proposed)
+
+    def observe_counts(self, accepted: int, proposed: int) -> None:
+        """One round: the target kept the first `accepted` of `proposed` tokens."""
+        if proposed == 0:
+            return
+        # "accepted of proposed, stopping at the first rejection": the maximum-likelihood estimate
+        # of a geometric process counts the rejection as the one failed trial
+        rejected = 1 if accepted < proposed else 0
+        observed = accepted / (accepted + rejected)
+        self.rate = (1 - self.smoothing) * self.rate + self.smoothing * observed
+
+
+class ProbeSchedule:
+    def __init__(self, first_after: int = 2, longest_wait: int = 8) -> None:
+        if not 1 <= first_after <= longest_wait:
+            raise ValueError(f"need 1 <= first_probe_after <= probe_every, got {first_after} and {longest_wait}")
+        self.first_after = first_after
+        self.longest_wait = longest_wait
+        self.reset()
+
+    def reset(self) -> None:
+        self.idle_rounds = 0  # paused rounds since the last probe
+        self.wait = self.first_after  # the paused round that probes
+        self.failed_in_a_row = 0
+
+    def due(self) -> bool:
+        """Whether the next paused round is a probe."""
+        return self.idle_rounds + 1 >= self.wait
+
+    def record_paused_round(self) -> bool:
+        """A paused round went by; returns whether it was the probe."""
+        if self.due():
+            self.idle_rounds = 0
+            return True
+        self.idle_rounds += 1
+        return False
+
+    def after_probe(self, drafting_resumed: bool) -> None:
+        self.wait = self.first_after if drafting_resumed else min(self.longest_wait, 2 * self.wait)
+        self.failed_in_a_row = 0 if drafting_resumed else self.failed_in_a_row + 1
+
+
+def best_length(acceptance: float, draft_step: float, verify: Callable[[float], float],
+                minimum: int, maximum: int) -> int:
+    """The k in [minimum, maximum] with the most expected tokens per cost (`verify(n)`: the cost
+    of scoring n tokens)."""
+    a = min(max(acceptance, 1e-3), 0.999)
+    best_k, best_rate = minimum, -1.0
+    for k in range(minimum, maximum + 1):
+        expected = (1 - a ** (k + 1)) / (1 - a)
+        rate = expected / (k * draft_step + verify(k + 1))
+        if rate > best_rate:
+            best_k, best_rate = k, rate
+    return best_k
+
+
+class ExpectedRateLength(DraftLengthPolicy):
+    name = "expected-rate"
+
+    def __init__(self, costs: Optional[CostModel] = None, start: int = 5, minimum: int = 0, maximum: int = 12,
+                 smoothing: float = 0.3, prior_acceptance: float = 0.7, probe_every: int = 8,
+                 first_probe_after: int = 2) -> None:
+        if not 0 <= minimum <= maximum or maximum < 1:
+            raise ValueError(f"need 0 <= minimum <= maximum and maximum >= 1, got {minimum} and {maximum}")
+        self.costs = costs if costs is not None else TimedCosts(smoothing)
+        self.start, self.minimum, self.maximum = start, minimum, maximum
+        self.acceptance = AcceptanceEstimate(prior_acceptance, smoothing)
+        self.probes = ProbeSchedule(first_probe_after, probe_every)
+        self.remembers = False  # costs shared across requests (AdaptiveLength.remember)
+        self.reset()
+
+    def reset(self, confidence_stopping: bool = False) -> None:
+        if not self.remembers:  # costs kept across requests in a PairMemory are not reset
+            self.costs.reset()
+        self.acceptance.reset()
+        self.probes.reset()
+        self.k = self.start
+
+    def next_length(self) -> int:
+        if self.k == 0 and self.probes.due():
+            return max(1, self.minimum)
+        return self.k
+
+    def update(self, feedback: RoundFeedback) -> None:
+        probed = self.k == 0 and self.probes.record_paused_round()
+        if feedback.draft_steps:  # a free round (a lookup match, no draft step) says nothing of the draft
+            self.acceptance.observe(feedback)
+        self.costs.observe(feedback)
+        draft_step = self.costs.draft_step()
+        if draft_step is not None and self.costs.known:
+            self.k = best_length(self.acceptance.rate, draft_step, self.costs.verify, self.minimum, self.maximum)
+        if probed:
+            self.probes.after_probe(drafting_resumed=self.k > 0)
+
+
+class ConfidenceCalibration:
+    """The share of rounds whose proposal was accepted in full, over the draft's own predicted
+    probability of that, within [1/`max_ratio`, `max_ratio`]. An under-confident draft gets a
+    proportionally lower stop threshold, an over-confident one a higher."""
+
+    def __init__(self, smoothing: float = 0.3, max_ratio: float = 3.0) -> None:
+        self.keep = 1 - smoothing / 2  # slower than the other estimates: one round says little
+        self.max_ratio = max_ratio
+        self.reset()
+
+    def reset(self) -> None:
+        # a prior of two rounds' worth, calibrated, keeps a few lucky rounds from swinging it
+        self.full_observed = 2.0
+        self.full_predicted = 2.0
+
+    def observe(self, feedback: RoundFeedback) -> None:
+        if feedback.proposed == 0 or feedback.predicted_confidence is None:
+            return
+        full = 1.0 if feedback.accepted >= feedback.proposed else 0.0
+        self.full_observed = self.keep * self.full_observed + full
+        self.full_predicted = self.keep * self.full_predicted + feedback.predicted_confidence
+
+    @property
+    def ratio(self) -> float:
+        """How much more often the draft's proposals are right in full than it predicts."""
+        ratio = self.full_observed / self.full_predicted
+        return min(self.max_ratio, max(1.0 / self.max_ratio, ratio))
+
+
+class ConfidenceStopLength(DraftLengthPolicy):
+    name = "confidence-stop"
+
+    def __init__(self, costs: Optional[CostModel] = None, maximum: int = 12, smoothing: float = 0.3,
+                 prior_stop_confidence: float = 0.3, max_calibration: float = 3.0, probe_every: int = 8,
+                 first_probe_after: int = 2, min_rounds: int = 3) -> None:
+        if maximum < 1:
+            raise ValueError(f"the draft length cap must be >= 1, got {maximum}")
+        self.costs = costs if costs is not None else TimedCosts(smoothing)
+        self.maximum = maximum
+        self.smoothing = smoothing
+        self.prior_stop_confidence = prior_stop_confidence
+        self.calibration = ConfidenceCalibration(smoothing, max_calibration)
+        self.probes = ProbeSchedule(first_probe_after, probe_every)
+        self.min_rounds = min_rounds
+        self.remembers = False  # costs and calibration shared across requests (AdaptiveLength.remember)
+        self.reset()
+
+    def reset(self, confidence_stopping: bool = False) -> None:
+        if not self.remembers:  # costs and calibration kept across requests in a PairMemory are not reset
+            self.costs.reset()
+            self.calibration.reset()
+        self.probes.reset()
+        self.net_saving: Optional[float] = None  # what a drafting round saved vs a plain target step (smoothed)
+        self.drafting_rounds = 0
+
+    @property
+    def paused(self) -> bool:
+        return self.net_saving is not None and self.net_saving < 0 and self.drafting_rounds >= self.min_rounds
+
+    def next_length(self) -> int:
+        return self.maximum if not self.paused or self.probes.due() else 0
+
+    def stop_confidence(self) -> float:
+        draft_step = self.costs.draft_step()
+        if draft_step is None or not self.costs.known:
+            return self.prior_stop_confidence
+        token_value = self.costs.verify(1)
+        token_cost = draft_step + self.costs.verify_slope()
+        return min(0.9, max(0.03, token_cost / token_value / self.calibration.ratio))
+
+    def update(self, feedback: RoundFeedback) -> None:
+        probed = self.paused and self.probes.record_paused_round()
+        self.costs.observe(feedback)
+        self.calibration.observe(feedback)
+        if feedback.draft_steps > 0 and self.costs.known:
+            plain_step = self.costs.verify(1)
+            saved = feedback.accepted * plain_step - (self.costs.round_cost(feedback) - plain_step)
+            self.drafting_rounds += 1
+            if self.net_saving is None or (probed and saved > 0):
+                self.net_saving = saved  # a probe that pays decides: the text got predictable
+            else:
+                self.net_saving = (1 - self.smoothing) * self.net_saving + self.smoothing * saved
+        if probed:
+            self.probes.after_probe(drafting_resumed=not self.paused)
 
 
 @dataclass

@@ -1,11 +1,12 @@
 """Translation between a draft tokenizer and a target tokenizer.
 
-- `VocabMap`: the vocabulary intersection (draft id <-> target id for identical bytes).
-- `Translator`: draft-proposed bytes -> target ids, with the unstable tail marked.
-- `DraftSync`: keeps the draft's context tokens in step with the committed target text.
+- `VocabMap` (vocab_map.py): the vocabulary intersection (draft id <-> target id for identical bytes).
+- translate.py, one round's translation both ways: `Translator` (draft-proposed bytes -> target ids,
+  the unstable tail marked) and `DraftSync` (the draft's context tokens kept in step with the
+  committed target text).
+- utf8.py: the byte-level helpers both use.
 """
-from anypair.translator.sync import DraftRealignment, DraftSync
-from anypair.translator.translate import Translation, Translator
+from anypair.translator.translate import DraftRealignment, DraftSync, Translation, Translator
 from anypair.translator.vocab_map import VocabMap
 
 __all__ = ["VocabMap", "Translator", "Translation", "DraftRealignment", "DraftSync"]

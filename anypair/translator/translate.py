@@ -1,4 +1,10 @@
-"""Draft text -> target tokens: translate the bytes a draft model proposes into the target's ids.
+"""One round's translation, both ways: what a round needs between the draft's and the target's tokens.
+
+- `Translator` (draft text -> target ids): the bytes a draft proposed, as target ids, the unstable tail marked.
+- `DraftSync` (target text -> draft ids): the draft's context kept in step with the committed text.
+- `WritableText`: the characters a tokenizer cannot write, cut out so both directions go on around them.
+
+## Draft text -> target tokens
 
 The proposal continues the committed text right after a target-token boundary, so it is encoded
 on its own with `encode_continuation` (cost bounded by the proposal, never by the text so far).
@@ -16,15 +22,97 @@ token"; more probes (digits, punctuation, capitals, non-ASCII letters) caught al
 and dropped more. Note for the caller: under greedy verification a wrong tail token costs nothing
 (the target rejects it and writes its own token at that place), so proposing the whole list is
 never worse than proposing the stable part; n_stable matters to policies that must be exact.
+
+## Target text -> draft tokens
+
+Invariant after every `commit`: the bytes of the draft's generated context == the committed
+generated text minus `pending`, where `pending` is the end of the committed text that the draft
+has not been given as tokens: an unfinished UTF-8 character it cannot write yet, or (token healing,
+see `drafters.model`) the bytes of its last token, held back so the draft re-writes them its own
+way; and minus any character or invalid byte the draft has no token for at all (left out: the draft
+reads the text around it and goes on drafting; only what the draft proposes is ever verified, so its
+context may differ this way). Every call works on the bytes of one round only (the draft's proposal
+and the newly committed bytes), never on the whole text.
+
+## Text a tokenizer cannot write
+
+SmolLM2, for one, has no token for bytes 0x04, 0x1d, 0xc0, ...
+Such characters are cut out so the rest of the text is still translated (draft -> target) and
+synced (target -> draft): drafting goes on around them instead of stopping for the whole request.
+Used only after a whole-text encode failed, so the per-character probes cost nothing normally.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from anypair.errors import TokenizerError
 from anypair.tokenization.base import TokenizerAdapter
-from anypair.translator.utf8 import leading_continuation_count, valid_prefix_length
-from anypair.translator.writable import WritableText
+from anypair.translator.utf8 import (
+    incomplete_tail_length,
+    is_continuation_byte,
+    leading_continuation_count,
+    split_valid_runs,
+    valid_prefix_length,
+)
+
+
+class WritableText:
+    """Which characters one tokenizer can write exactly, and its ids for the text around the rest."""
+
+    def __init__(self, tok: TokenizerAdapter) -> None:
+        self.tok = tok
+        self._writable_chars: dict[str, bool] = {}
+
+    def can_write(self, char: str) -> bool:
+        known = self._writable_chars.get(char)
+        if known is None:
+            try:
+                known = self.tok.decode_bytes(self.tok.encode_continuation(char)) == char.encode("utf-8")
+            except TokenizerError:
+                known = False
+            self._writable_chars[char] = known
+        return known
+
+    def prefix_length(self, text: str) -> int:
+        """Characters before the first one the tokenizer cannot write (len(text) if none)."""
+        return next((i for i, char in enumerate(text) if not self.can_write(char)), len(text))
+
+    def encode_prefix(self, text: str) -> tuple[list[int], str]:
+        """(ids, the prefix they spell) for the longest prefix of `text` that encodes exactly."""
+        end = self.prefix_length(text)
+        while end > 0:
+            ids = self._exact_ids(text[:end])
+            if ids is not None:
+                return ids, text[:end]
+            end -= 1  # a normalizer that rewrites across characters ("e" + combining accent): shorter
+        return [], ""
+
+    def encode_around(self, text: str) -> list[int]:
+        """Ids for `text` with the characters the tokenizer cannot write left out."""
+        ids: list[int] = []
+        start = 0
+        for i, char in enumerate(text):
+            if not self.can_write(char):
+                ids += self._segment_ids(text[start:i])
+                start = i + 1
+        return ids + self._segment_ids(text[start:])
+
+    def _segment_ids(self, segment: str) -> list[int]:
+        ids = self._exact_ids(segment)
+        if ids is None:  # every character is writable alone, not together: one at a time
+            ids = [i for char in segment for i in self._exact_ids(char) or []]
+        return ids
+
+    def _exact_ids(self, text: str) -> list[int] | None:
+        if not text:
+            return []
+        try:
+            ids = self.tok.encode_continuation(text)
+        except TokenizerError:
+            return None
+        return ids if self.tok.decode_bytes(ids) == text.encode("utf-8") else None
+
 
 #: what may follow a proposal (see the module docstring for why these three)
 STABILITY_PROBES: tuple[str, ...] = ("a", " ", "\n")
@@ -126,3 +214,111 @@ class Translator:
             if n_stable == 0:
                 break
         return n_stable
+
+
+@dataclass(frozen=True)
+class DraftRealignment:
+    """How the drafter fixes its context after a verification."""
+
+    #: draft tokens to drop from the END of the draft's generated context (crop its KV cache by this many)
+    n_drop: int
+    #: draft tokens to append after dropping (fed to the draft at its next step)
+    append_draft_ids: list[int]
+
+
+class DraftSync:
+    """Keeps the draft's token view of the GENERATED text in step with the committed (verified) text."""
+
+    def __init__(self, draft_tok: TokenizerAdapter):
+        self.draft_tok = draft_tok
+        self.pending: bytes = b""
+        self.writable = WritableText(draft_tok)
+
+    def reset(self) -> None:
+        """New request: nothing generated yet."""
+        self.pending = b""
+
+    def strip_pending(self, draft_text: bytes) -> bytes | None:
+        """The part of the draft's newly generated bytes after `pending`; None when they disagree.
+
+        A draft that wrote fewer bytes than `pending` but agrees with it so far proposes nothing (b"").
+        """
+        if draft_text.startswith(self.pending):
+            return draft_text[len(self.pending):]
+        if self.pending.startswith(draft_text):
+            return b""
+        return None
+
+    def commit(self, committed_bytes: bytes, proposed_draft_ids: Sequence[int], *,
+               hold_back_last_token: bool = False) -> DraftRealignment:
+        """Realign after a verification (see the class docstring; smallest rollback).
+
+        `committed_bytes` are the newly committed bytes; `proposed_draft_ids` the draft ids the
+        drafter appended to its context this round (empty on the first call of a request).
+        `hold_back_last_token`: when nothing is pending, keep the last draft token to append out
+        of the context and make its bytes `pending` instead (token healing).
+        """
+        uncovered = self.pending + committed_bytes
+        n_keep, kept_bytes = self._matching_prefix(uncovered, proposed_draft_ids)
+        remainder = uncovered[kept_bytes:]
+        if remainder and is_continuation_byte(remainder[0]) and not self._has_byte_tokens(remainder):
+            n_keep, kept_bytes = self._back_off_to_char_start(uncovered, proposed_draft_ids, n_keep, kept_bytes)
+            remainder = uncovered[kept_bytes:]
+        tail = incomplete_tail_length(remainder)
+        to_encode = remainder[: len(remainder) - tail]
+        self.pending = remainder[len(remainder) - tail:]
+        append_draft_ids = self.encode_bytes(to_encode)
+        if hold_back_last_token and append_draft_ids and not self.pending:
+            held_back = self.draft_tok.token_bytes(append_draft_ids[-1])
+            if held_back:  # a special token carries no text to re-write
+                append_draft_ids.pop()
+                self.pending = held_back
+        return DraftRealignment(n_drop=len(proposed_draft_ids) - n_keep, append_draft_ids=append_draft_ids)
+
+    def _matching_prefix(self, uncovered: bytes, proposed_draft_ids: Sequence[int]) -> tuple[int, int]:
+        """(tokens, bytes) of the longest prefix of the proposal that `uncovered` starts with."""
+        n_keep = offset = 0
+        for draft_id in proposed_draft_ids:
+            data = self.draft_tok.token_bytes(draft_id)
+            if not data or not uncovered.startswith(data, offset):
+                break  # a special token (b"") carries no text: never kept as text
+            n_keep += 1
+            offset += len(data)
+        return n_keep, offset
+
+    def _back_off_to_char_start(self, uncovered: bytes, proposed_draft_ids: Sequence[int],
+                                n_keep: int, kept_bytes: int) -> tuple[int, int]:
+        """Drop kept tokens until the rest starts on a character boundary (for a draft that has no
+        single-byte token to finish a character that its own tokens began)."""
+        while n_keep and kept_bytes < len(uncovered) and is_continuation_byte(uncovered[kept_bytes]):
+            n_keep -= 1
+            kept_bytes -= len(self.draft_tok.token_bytes(proposed_draft_ids[n_keep]))
+        if kept_bytes < len(uncovered) and is_continuation_byte(uncovered[kept_bytes]):
+            raise TokenizerError(
+                f"draft tokenizer {self.draft_tok.name!r} has no single-byte tokens, so it cannot continue a "
+                "UTF-8 character its context already began; use a draft with byte fallback or byte-level BPE"
+            )
+        return n_keep, kept_bytes
+
+    def _has_byte_tokens(self, data: bytes) -> bool:
+        return all(self.draft_tok.byte_token_id(byte) is not None
+                   for byte in data[: leading_continuation_count(data)])
+
+    def encode_bytes(self, data: bytes) -> list[int]:
+        """Draft ids for `data`: valid UTF-8 runs through `encode_continuation`, any other byte as
+        the draft's single-byte token; what the draft has no token for is left out (see the
+        module docstring)."""
+        draft_ids: list[int] = []
+        for run in split_valid_runs(data):
+            if run.text is not None:
+                try:
+                    run_ids = self.draft_tok.encode_continuation(run.text)
+                except TokenizerError:
+                    run_ids = None
+                if run_ids is None or self.draft_tok.decode_bytes(run_ids) != run.data:
+                    run_ids = self.writable.encode_around(run.text)
+                draft_ids.extend(run_ids)
+                continue
+            byte_ids = (self.draft_tok.byte_token_id(byte) for byte in run.data)
+            draft_ids.extend(byte_id for byte_id in byte_ids if byte_id is not None)
+        return draft_ids
