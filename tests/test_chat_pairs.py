@@ -42,3 +42,16 @@ def test_chat_with_a_base_model_draft_equals_the_target_alone(smol_with_gemma):
     assert assisted.target_ids == alone.target_ids
     streamed = "".join(gen.stream(messages=MESSAGES, max_new_tokens=N_NEW))
     assert streamed == alone.text
+
+
+def test_a_request_renders_the_drafts_prompt_once(smol_with_gemma, monkeypatch):
+    """Its fit is checked (the draft's context) before its drafter starts: both read one rendering."""
+    gen = smol_with_gemma
+    renders = []
+    real = gen.draft.render
+    monkeypatch.setattr(gen.draft, "render", lambda *args, **kw: renders.append(args) or real(*args, **kw))
+    other = [{"role": "user", "content": "Write a Python function that multiplies two numbers."}]
+    for messages in (MESSAGES, other):
+        renders.clear()
+        result = gen.generate(messages=messages, max_new_tokens=N_NEW)
+        assert result.stats.draft_tokens_proposed > 0 and len(renders) == 1

@@ -148,7 +148,7 @@ class AnyPairGenerator:
         return generator
 
     def _load(self, target: ModelSpec, draft: Optional[ModelSpec], options: GeneratorOptions) -> None:
-        from anypair.generation.members import load_member
+        from anypair.generation.members import DraftPrompt, load_member
 
         if options.drafter == "hybrid" and draft is None:
             raise InputError("drafter='hybrid' needs a draft model: AnyPairGenerator(target, draft), "
@@ -163,6 +163,7 @@ class AnyPairGenerator:
                                   **common) if draft is not None else None)
         self.target_backend = self.target.backend
         self.draft_backend = self.draft.backend if self.draft is not None else None
+        self._draft_prompt = DraftPrompt(self.target, self.draft) if self.draft is not None else None
         # the request that owns the models' KV caches and the drafter now (None: free); see _claim
         self._open_request: Optional[str] = None
         # a greedy model drafter per slot of the draft's engine, kept across requests: it holds no
@@ -230,20 +231,8 @@ class AnyPairGenerator:
 
     def _draft_prompt_ids(self, prompt: Optional[str], messages: Optional[Sequence[dict]],
                           target_ids: Sequence[int], tools: Optional[Sequence[dict]] = None) -> list[int]:
-        """The draft's own ids for a request. A conversation goes through the draft's chat template
-        where it has one (and, with tools, renders them); a draft without one (a base model, the
-        usual draft), or one whose template knows no tools, reads the target's rendered conversation
-        as raw text, so chat works for every pair."""
-        assert self.draft is not None
-        if messages is None or (self.draft.has_chat_template and (not tools or self.draft.renders_tools)):
-            return self.draft.render(prompt, messages, tools)
-        # the draft's tokenizer adds its own BOS to the text, so the target's is left out of it; only
-        # where the target adds one to raw text is a leading BOS id one (SmolLM2's BOS id is <|im_start|>)
-        bos = self.target.tokenizer.bos_id
-        target_adds_bos = bos is not None and self.target.render("a", None)[:1] == [bos]
-        body = list(target_ids[1:]) if target_adds_bos and list(target_ids[:1]) == [bos] else list(target_ids)
-        rendered = self.target.hf_tokenizer.decode(body, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        return self.draft.render(rendered, None)
+        assert self._draft_prompt is not None
+        return self._draft_prompt.ids(prompt, messages, target_ids, tools)
 
     def _drafter(self, kind: DrafterKind, sampling: SamplingConfig, noise: Optional[PositionNoise],
                  slot: int) -> Drafter:

@@ -1,6 +1,6 @@
 """One member of a pair (the target or the draft) loaded onto an engine: which engine, picked here
 from the engines' declared facts (`anypair.backends.engines`), and the load itself, which each
-engine's own module does (`Engine.load`).
+engine's own module does (`Engine.load`); and how the draft member reads a request (`DraftPrompt`).
 
 "auto" picks, for a spec offering the kinds of source an engine loads (a GGUF file, a checkpoint,
 a loaded model), the first engine of the registry that can run here (`Engine.unavailable`) and runs
@@ -15,7 +15,7 @@ torch for everything else. A member passed already loaded (`LoadedModel`) is use
 from __future__ import annotations
 
 import logging
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 
@@ -98,3 +98,37 @@ def load_member(spec: ModelSpec, *, role: str, engine: str = "auto", weights: st
                 raise
             logger.warning("anypair: %s; trying the next engine for %s", exc, spec)
             failed += (chosen.name,)
+
+
+class DraftPrompt:
+    """The draft's own ids for a request's prompt. A conversation goes through the draft's chat
+    template where it has one (and, with tools, renders them); a draft without one (a base model, the
+    usual draft), or one whose template knows no tools, reads the target's rendered conversation as
+    raw text, so chat works for every pair. The last request's ids are kept: its fit is checked
+    before its drafter starts, and both read them."""
+
+    def __init__(self, target: LoadedModel, draft: LoadedModel) -> None:
+        self.target, self.draft = target, draft
+        self._last: Optional[tuple[tuple, tuple[int, ...]]] = None  # (the request's key, its draft ids)
+
+    def ids(self, prompt: Optional[str], messages: Optional[Sequence[dict]], target_ids: Sequence[int],
+            tools: Optional[Sequence[dict]] = None) -> list[int]:
+        key = (prompt, repr(messages), repr(tools), tuple(target_ids))
+        last = self._last
+        if last is not None and last[0] == key:
+            return list(last[1])
+        ids = self._render(prompt, messages, target_ids, tools)
+        self._last = (key, tuple(ids))
+        return ids
+
+    def _render(self, prompt: Optional[str], messages: Optional[Sequence[dict]], target_ids: Sequence[int],
+                tools: Optional[Sequence[dict]]) -> list[int]:
+        if messages is None or (self.draft.has_chat_template and (not tools or self.draft.renders_tools)):
+            return self.draft.render(prompt, messages, tools)
+        # the draft's tokenizer adds its own BOS to the text, so the target's is left out of it; only
+        # where the target adds one to raw text is a leading BOS id one (SmolLM2's BOS id is <|im_start|>)
+        bos = self.target.tokenizer.bos_id
+        target_adds_bos = bos is not None and self.target.render("a", None)[:1] == [bos]
+        body = list(target_ids[1:]) if target_adds_bos and list(target_ids[:1]) == [bos] else list(target_ids)
+        rendered = self.target.hf_tokenizer.decode(body, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return self.draft.render(rendered, None)
