@@ -50,8 +50,8 @@ def test_a_request_renders_the_drafts_prompt_once(smol_with_gemma, monkeypatch):
     renders = []
     real = gen.draft.render
     monkeypatch.setattr(gen.draft, "render", lambda *args, **kw: renders.append(args) or real(*args, **kw))
-    other = [{"role": "user", "content": "Write a Python function that multiplies two numbers."}]
-    for messages in (MESSAGES, other):
+    for task in ("multiplies two numbers", "reverses a string"):  # requests no earlier test rendered
+        messages = [{"role": "user", "content": f"Write a Python function that {task}."}]
         renders.clear()
         result = gen.generate(messages=messages, max_new_tokens=N_NEW)
         assert result.stats.draft_tokens_proposed > 0 and len(renders) == 1

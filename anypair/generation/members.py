@@ -113,7 +113,9 @@ class DraftPrompt:
 
     def ids(self, prompt: Optional[str], messages: Optional[Sequence[dict]], target_ids: Sequence[int],
             tools: Optional[Sequence[dict]] = None) -> list[int]:
-        key = (prompt, repr(messages), repr(tools), tuple(target_ids))
+        # one request comes as tuples (GenerationRequest) to the fit check and as lists (DraftRequest) to the drafter
+        key = (prompt, repr(list(messages)) if messages is not None else None, repr(list(tools or ())),
+               tuple(target_ids))
         last = self._last
         if last is not None and last[0] == key:
             return list(last[1])
