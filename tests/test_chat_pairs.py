@@ -25,7 +25,7 @@ def test_base_model_draft_reads_the_targets_rendered_conversation(smol_with_gemm
     gen = smol_with_gemma
     assert gen.target.has_chat_template and not gen.draft.has_chat_template
     target_ids = gen.target.render(None, MESSAGES)
-    draft_ids = gen._draft_prompt_ids(None, MESSAGES, target_ids)
+    draft_ids = gen._draft_prompt.ids(None, MESSAGES, target_ids)
     # the target's template text, chat markers included, in the draft's tokens with one BOS (the draft's)
     rendered = gen.target.hf_tokenizer.decode(target_ids, skip_special_tokens=False)
     assert "<|im_start|>user" in rendered and MESSAGES[0]["content"] in rendered

@@ -207,9 +207,11 @@ class AnyPairGenerator:
         if not sampling.do_sample and slot in self._greedy_drafters:
             return self._greedy_drafters[slot]
         backend = self.draft_backend.sequence(slot)
+        draft_prompt = self._draft_prompt
+        assert draft_prompt is not None
 
         def render(request: DraftRequest) -> list[int]:
-            return self._draft_prompt_ids(request.prompt, request.messages, request.target_prompt_ids, request.tools)
+            return draft_prompt.ids(request.prompt, request.messages, request.target_prompt_ids, request.tools)
 
         drafter = ModelDrafter(backend, self.draft.tokenizer, self.target.tokenizer, render,
                                same_vocabulary=self.same_vocabulary,
@@ -228,11 +230,6 @@ class AnyPairGenerator:
             return self.options.draft_window
         costs = self._model_draft_costs()
         return draft_prompt_window(costs.draft_step) if costs is not None else 0
-
-    def _draft_prompt_ids(self, prompt: Optional[str], messages: Optional[Sequence[dict]],
-                          target_ids: Sequence[int], tools: Optional[Sequence[dict]] = None) -> list[int]:
-        assert self._draft_prompt is not None
-        return self._draft_prompt.ids(prompt, messages, target_ids, tools)
 
     def _drafter(self, kind: DrafterKind, sampling: SamplingConfig, noise: Optional[PositionNoise],
                  slot: int) -> Drafter:
@@ -411,9 +408,9 @@ class AnyPairGenerator:
         limit = (f"prompt ({len(target_ids)} tokens) + max_new_tokens ({{new}}) exceeds {self._positions_why}: "
                  "shorten the prompt or lower max_new_tokens")
         if plan.drafts_with_model:
-            assert self.draft_backend is not None
+            assert self.draft_backend is not None and self._draft_prompt is not None
             draft_length = len(target_ids if self.same_vocabulary else
-                               self._draft_prompt_ids(request.prompt, request.messages, target_ids, request.tools))
+                               self._draft_prompt.ids(request.prompt, request.messages, target_ids, request.tools))
             context = self.draft_backend.max_context
             if context - draft_length - DRAFT_CONTEXT_MARGIN < room:
                 room = context - draft_length - DRAFT_CONTEXT_MARGIN

@@ -88,6 +88,8 @@ class LayoutCache:
         self.threads = max(1, int(threads))
         self._entries: dict[str, dict] = {}
         self._handle = None
+        # read mode: the pool reading the cache's pieces, and each matrix's reads (its key, memory, repack)
+        self._pool: Optional[ThreadPoolExecutor] = None
         self._pending: list[tuple[str, np.ndarray, Callable[[np.ndarray], None], list[Future]]] = []
         if not cache_enabled(enabled):
             return
@@ -106,7 +108,6 @@ class LayoutCache:
             return False
         self._handle = open(self.path, "rb")
         self._entries = {entry["key"]: entry for entry in index["entries"]}
-        self._pool: Optional[ThreadPoolExecutor] = None
         self.mode = "read"
         return True
 
@@ -131,7 +132,7 @@ class LayoutCache:
     def _wait_for_reads(self) -> None:
         """Every scheduled read done; a matrix whose read failed is repacked from the GGUF, one warning."""
         for key, view, repack, reads in self._pending:
-            failures = [read.exception() for read in reads if read.exception() is not None]
+            failures = [error for error in (read.exception() for read in reads) if error is not None]
             if failures:
                 logger.warning("the layout cache %s: matrix %s could not be read (%s): repacking it in memory",
                                self.path, key, failures[0])
@@ -175,15 +176,12 @@ class LayoutCache:
             if view is not None:
                 return view, True
             logger.warning("the layout cache %s has no matrix %s of this shape: repacking it in memory", self.path, key)
-        elif self.mode == "write":
-            view = allocate(size)
-            repack(view)
+        view = allocate(size)
+        repack(view)
+        if self.mode == "write":  # kept for the file `finish()` writes
             self._entries[key] = {"key": key, "type": kernel_type, "offset": self._end, "size": size}
             self._arrays.append(view)
             self._end += -(-size // _ALIGN) * _ALIGN
-            return view, False
-        view = allocate(size)
-        repack(view)
         return view, False
 
     def finish(self) -> None:
