@@ -410,8 +410,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "the seed target alone and llama.cpp alone on it: acceptance borrowed, every cost measured")
     seed.add_argument("--replay-lengths", default="policy",
                       help="with --replay: whose rounds are replayed, comma-separated: 'policy' (the shipped policy's, "
-                           "default) and/or constant draft lengths (e.g. policy,4,8: what longer drafts would give "
-                           "where a draft step is cheap)")
+                           "pricing rounds at the seed target's measured costs; default), 'policy-1.5b' (priced beside "
+                           "the 1.5B target) and/or constant draft lengths (e.g. policy,4,8: what longer drafts would "
+                           "give where a draft step is cheap)")
     seed.add_argument("--ks", default="1-16", help="the ks timed (default 1-16; e.g. 1,2,4,8,16)")
     seed.add_argument("--step-repeats", type=int, default=5, help="timed calls per k and context (median; default 5)")
     seed.add_argument("--load-repeats", type=int, default=2, help="loads per engine, each in a child process (default 2)")

@@ -177,9 +177,9 @@ def test_failed_probes_back_off_and_a_paying_probe_resets_the_wait():
         return idle
 
     waits = []
-    for _ in range(5):  # every probe fails: the wait doubles, capped at probe_every
+    for _ in range(5):  # every probe fails: the wait doubles, capped at probe_every (cheap probes: see below)
         waits.append(wait_for_probe())
-        p.update(losing(10))
+        p.update(RoundFeedback(10, 1, 0, 0.02, step(2), 0.05))  # 0.28 plain steps over one: within the budget
     assert waits == [1, 3, 7, 11, 11]  # idle rounds before probes after 2, 4, 8, 12, 12
     # a probe that pays resumes drafting and resets the wait for the next pause
     wait_for_probe()
@@ -379,19 +379,57 @@ def test_probing_backs_off_but_never_stops(make):
     """The text of one request changes predictability many times: a request that stopped probing
     after three misses ran its predictable stretches as the target alone (HumanEval/9: 6 tokens
     proposed in 127 rounds against 69% kept by a constant 4-token draft). Failed probes only lengthen
-    the wait, up to probe_every paused rounds."""
-    p = make()
-    p.reset()
-    losing = lambda k: RoundFeedback(k, k, 0, 0.03 * k, 0.25 + 0.2 * k, 0.03)
-    lengths = []
-    for _ in range(200):
-        k = p.next_length()
-        lengths.append(k)
-        p.update(losing(k) if k else plain_round())
-    drafting_rounds = [i for i, k in enumerate(lengths) if k > 0]
-    gaps = [b - a for a, b in zip(drafting_rounds, drafting_rounds[1:])]
-    assert drafting_rounds[-1] >= 190 and max(gaps) <= 9  # still probing at the end, every 9th round at most
-    assert 20 <= len(drafting_rounds) <= 30  # mostly paused: probes only
+    the wait, up to probe_every paused rounds (longer only where a probe is dear: at most
+    LONGEST_PROBE_WAIT)."""
+    from anypair.policies.adaptive import LONGEST_PROBE_WAIT
+
+    def drafting_rounds(losing) -> list[int]:
+        p = make()
+        p.reset()
+        lengths = []
+        for _ in range(200):
+            k = p.next_length()
+            lengths.append(k)
+            p.update(losing(k) if k else plain_round())
+        return [i for i, k in enumerate(lengths) if k > 0]
+
+    # cheap probes (a few ms of draft and rows over a 0.25 s step): a probe every 9th round at most
+    cheap = drafting_rounds(lambda k: RoundFeedback(k, k, 0, 0.001 * k, 0.25 + 0.005 * k, 0.001))
+    gaps = [b - a for a, b in zip(cheap, cheap[1:])]
+    assert cheap[-1] >= 190 and max(gaps) <= 9  # still probing at the end
+    assert 20 <= len(cheap) <= 40  # mostly paused: probes only
+    # dear probes (each several target steps): further apart, never stopped
+    dear = drafting_rounds(lambda k: RoundFeedback(k, k, 0, 0.03 * k, 0.25 + 0.2 * k, 0.03))
+    gaps = [b - a for a, b in zip(dear, dear[1:])]
+    assert dear[-1] >= 200 - LONGEST_PROBE_WAIT - 1 and max(gaps) <= LONGEST_PROBE_WAIT + 1
+    assert 8 <= len(dear) < len(cheap)
+
+
+def test_dear_probes_wait_longer_but_never_stop():
+    """A probe that costs 0.8 target steps over a plain one (a translated draft's three steps and its
+    catch-up beside a 1.5B target) every ninth round spends ~9% of a paused stretch: the wait grows until
+    probes spend PROBE_BUDGET of it, and a cheap probe keeps the short schedule."""
+    from anypair.policies import ProbeSchedule
+    from anypair.policies.adaptive import LONGEST_PROBE_WAIT, PROBE_BUDGET
+
+    def waits(extra_steps: float, probes: int = 7) -> list[int]:
+        schedule, seen = ProbeSchedule(2, 8), []
+        for _ in range(probes):
+            paused = 1
+            while not schedule.record_paused_round():
+                paused += 1
+            seen.append(paused)
+            schedule.after_probe(drafting_resumed=False, extra_steps=extra_steps)
+        return seen
+
+    assert waits(0.1) == [2, 4, 8, 8, 8, 8, 8]
+    dear = waits(0.8)
+    assert dear[:3] == [2, 4, 8] and dear[-1] == round(0.8 / PROBE_BUDGET) and dear[-1] == dear[-2]
+    assert waits(5.0)[-1] == LONGEST_PROBE_WAIT  # never longer: the text may still turn predictable
+    schedule = ProbeSchedule(2, 8)
+    schedule.after_probe(drafting_resumed=False, extra_steps=0.8)
+    schedule.after_probe(drafting_resumed=True, extra_steps=0.8)
+    assert schedule.wait == 2  # a probe that pays resumes drafting and the short schedule at once
 
 
 def test_probe_schedule_settings_are_checked():

@@ -258,6 +258,29 @@ def test_the_pairs_rounds_are_recorded_and_replayed_with_the_same_rows_and_conte
     assert "| 0 |" in rp.format_replay(result)
 
 
+def test_the_replayed_policy_prices_rounds_at_the_seed_targets_costs(monkeypatch):
+    """At 9B a draft step is ~2% of a target step: the recorded policy must price rounds with the seed
+    target's measured forwards (and the draft's step), not with the 1.5B target's."""
+    from anypair.benchmarking import replay as rp
+    from anypair.policies import AdaptiveLength, FixedCosts
+
+    costs = rp.seed_priced_costs({1: 0.25, 2: 0.26, 3: 0.27, 4: 0.29, 5: 0.30, 6: 0.32, 8: 0.36}, draft_step_s=0.005)
+    assert costs.draft_step == pytest.approx(0.02) and costs.verify_slope == pytest.approx(0.05)
+    made = []
+
+    class Priced(AdaptiveLength):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            made.append(self)
+
+    monkeypatch.setattr("anypair.policies.AdaptiveLength", Priced)
+    rp.record(["def fibonacci(n):"], 6, threads=2, progress=False, target="Qwen/Qwen2.5-Coder-0.5B-Instruct",
+              draft="HuggingFaceTB/SmolLM2-135M-Instruct", seed_row_s={1: 0.25, 5: 0.30})
+    assert made and isinstance(made[-1].expected_rate.costs, FixedCosts)  # the last made: the recorded one
+    priced = made[-1].expected_rate.costs.costs
+    assert priced.verify_slope == pytest.approx(0.05) and 0 < priced.draft_step < 0.2
+
+
 def test_a_bench_that_cannot_fit_in_memory_is_refused_before_anything_loads(monkeypatch):
     from anypair import machine
     from anypair.benchmarking.seed_bench import memory_needed, run_seed_bench

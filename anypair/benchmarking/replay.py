@@ -6,7 +6,11 @@ costs there can. This is a simulation with one borrowed input, the acceptance:
 1. *Recorded*: the real default pair (Qwen2.5-Coder-1.5B with SmolLM2-135M, the gguf engine, the
    shipped policy) decodes each prompt; every round's rows (the last committed token plus the
    proposal) and accepted tokens are recorded, with the draft side's real seconds (the draft's prompt
-   read, its steps, the translation).
+   read, its steps, the translation). The policy prices its rounds as it would running beside the
+   seed target (`seed_priced_costs`: the seed target's measured forwards by rows, the draft's measured
+   step): a round at 9B costs what it costs there, not what it costs beside the 1.5B target, so the
+   lengths recorded are the ones the shipped policy chooses at that size. ('policy-1.5b': the rounds
+   as priced beside the 1.5B target, for comparison.)
 2. *Replayed*: the seed-shaped target (random weights with the real model's shapes and types,
    `zoo.seed_shapes`) reads a prompt of the same length, then runs the same rounds: a forward of the
    same number of rows at the same context, its cache cropped to what that round kept, each forward
@@ -85,19 +89,54 @@ class _Recorder(DraftLengthPolicy):
         self.inner.update(feedback)
 
 
+def seed_row_seconds(backend, ids: Sequence[int], context: int, rows: Sequence[int] = (1, 2, 3, 4, 5, 6, 8)
+                     ) -> dict[int, float]:
+    """The seed target's forward of each number of `rows` after `context` tokens (median of 3): seconds."""
+    backend.reset()
+    backend.prefill(list(ids[:context]))
+    seconds = {}
+    for n in rows:
+        times = []
+        for _ in range(3):
+            times.append(_timed(backend, ids[context: context + n]))
+            backend.crop(context)
+        seconds[n] = statistics.median(times)
+    return seconds
+
+
+def seed_priced_costs(row_seconds: dict[int, float], draft_step_s: float):
+    """The length policy's costs beside the seed target, in its single-row steps: the draft's measured
+    step over the seed's, and the seed's measured slope over a short proposal's rows (1 to 5)."""
+    from anypair.policies import StepCosts
+
+    one = row_seconds[1]
+    return StepCosts(draft_step=draft_step_s / one, verify_slope=max(0.0, (row_seconds[5] / one - 1) / 4))
+
+
 def record(prompts: Sequence[str], max_new_tokens: int, threads: int, progress: bool = True,
            target: Optional[str] = None, draft: Optional[str] = None,
-           fixed_length: Optional[int] = None) -> list[RecordedPrompt]:
+           fixed_length: Optional[int] = None, seed_row_s: Optional[dict[int, float]] = None) -> list[RecordedPrompt]:
     """Each prompt through the real pair (default: the default pair) with the shipped policy, or a
     constant `fixed_length` draft steps a round (what a longer draft would have had accepted, for the
-    sweep at a size where drafting is cheap), and its target alone for the real speedup."""
+    sweep at a size where drafting is cheap), and its target alone for the real speedup. `seed_row_s`
+    (a seed target's forwards by rows, `seed_row_seconds`): the policy prices rounds at that target's
+    costs (`seed_priced_costs`) instead of the 1.5B target's."""
     from anypair.generation.generator import AnyPairGenerator
-    from anypair.policies import make_policy
+    from anypair.policies import AdaptiveLength, make_policy
     from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
     recorder = _Recorder(make_policy("adaptive") if fixed_length is None else make_policy("constant", fixed_length))
     gen = AnyPairGenerator(target or DEFAULT_TARGET, draft or DEFAULT_DRAFT, draft_length=recorder, threads=threads)
     gen.generate(prompts[0], max_new_tokens=8)  # warm-up: allocations and kernel choices
+    if fixed_length is None and seed_row_s is not None:  # the draft's step is measured now: price at the seed's size
+        if gen.draft_step_seconds is None:
+            raise RuntimeError("replay: the warm-up request did not time a draft step; the policy cannot be priced "
+                               "at the seed's size (try --replay-lengths policy-1.5b)")
+        costs = seed_priced_costs(seed_row_s, gen.draft_step_seconds)
+        recorder.inner = AdaptiveLength(fixed_costs=costs)
+        if progress:
+            print(f"  the policy priced beside the seed target: a draft step {costs.draft_step:.3f} of its step, "
+                  f"each extra row {costs.verify_slope:.3f}", file=sys.stderr, flush=True)
     recorded = []
     for i, prompt in enumerate(prompts):
         alone = gen.generate(prompt, max_new_tokens=max_new_tokens, assisted=False).stats
@@ -185,36 +224,64 @@ class ReplayRow:
 
 def replay(shape, prompts: Sequence[str], *, max_new_tokens: int = 128, threads: int = 2,
            progress: bool = True, recorded: Optional[list[RecordedPrompt]] = None,
-           fixed_length: Optional[int] = None) -> dict:
-    """Record (unless given), then replay on the seed-shaped file of `shape` (a SeedShape or its name)."""
+           fixed_length: Optional[int] = None, priced_at_size: bool = True) -> dict:
+    """Record (unless given), then replay on the seed-shaped file of `shape` (a SeedShape or its name).
+    `priced_at_size` (the shipped policy's rounds only): the policy prices rounds at the seed target's
+    measured costs, timed on the loaded file before recording (False: at the 1.5B target's)."""
     import numpy as np
     import torch
 
-    from anypair.backends.llama_cpp_guard import probe_failure
     from anypair.backends.quantized_gguf import QuantizedGGUFBackend
-    from anypair.machine import describe_machine
     from anypair.zoo.seed_shapes import resolve_shape
     from anypair.zoo.seed_writer import seed_gguf
 
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda text: None)
     torch.set_num_threads(threads)
     shape = resolve_shape(shape) if isinstance(shape, str) else shape
-    if recorded is None:
-        how = "the shipped policy" if fixed_length is None else f"a constant {fixed_length}-step draft"
-        say(f"recording {len(prompts)} prompts on the real default pair, {how}")
-        recorded = record(prompts, max_new_tokens, threads, progress, fixed_length=fixed_length)
     path = seed_gguf(shape, progress=progress)
-    longest = max(p.prompt_tokens + p.new_tokens for p in recorded) + 64
+    # the prompts' tokens are unknown before recording: half their characters, and a chat template, bound them
+    longest = max(len(p) for p in prompts) // 2 + max_new_tokens + 128 if recorded is None else \
+        max(p.prompt_tokens + p.new_tokens for p in recorded) + 64
+    longest = max(longest, 512)
     ids = [int(i) for i in np.random.default_rng(0).integers(0, shape.vocab, size=longest)]
-    say(f"replaying on {path.name} (the gguf engine; random weights, real costs)")
     target = QuantizedGGUFBackend(path, name=shape.name, threads=threads, context=longest)
+    priced = recorded is None and fixed_length is None and priced_at_size
+    label = fixed_length if fixed_length is not None else "recorded" if recorded is not None else \
+        "policy" if priced else "policy-1.5b"
+    if recorded is None:
+        typical = int(statistics.median(len(p) for p in prompts)) // 4  # about a prompt's tokens
+        row_s = seed_row_seconds(target, ids, min(max(typical, 100), longest - 16)) if priced else None
+        how = ("the shipped policy priced at the seed target's costs" if priced else
+               "the shipped policy priced at the 1.5B target's costs" if fixed_length is None else
+               f"a constant {fixed_length}-step draft")
+        say(f"recording {len(prompts)} prompts on the real default pair, {how}")
+        recorded = record(prompts, max_new_tokens, threads, progress, fixed_length=fixed_length, seed_row_s=row_s)
+    replayed = _replay_rounds(target, recorded, ids, say, path.name)
+    del target  # before llama.cpp loads the same file
+    gc.collect()
+    return _result(shape, path, recorded, replayed, ids, threads, max_new_tokens, say, label)
+
+
+def _replay_rounds(target, recorded: list[RecordedPrompt], ids: Sequence[int], say, name: str) -> list[dict]:
+    """Each recorded prompt's rounds on the loaded seed target (`replay_on`)."""
+    say(f"replaying on {name} (the gguf engine; random weights, real costs)")
     replayed = []
     for i, prompt in enumerate(recorded):
+        if prompt.prompt_tokens + prompt.new_tokens + 16 > len(ids):
+            raise ValueError(f"replay: prompt {i} ({prompt.prompt_tokens} tokens) is longer than the context the "
+                             f"seed target was loaded with ({len(ids)})")
         replayed.append(replay_on(target, prompt, ids))
         say(f"  prompt {i}: {len(prompt.rounds)} rounds, verification {replayed[-1]['verify_s']:.1f} s, "
             f"a single step {1000 * replayed[-1]['step_s']:.0f} ms")
-    del target
-    gc.collect()
+    return replayed
+
+
+def _result(shape, path, recorded: list[RecordedPrompt], replayed: list[dict], ids: Sequence[int], threads: int,
+            max_new_tokens: int, say, draft_length) -> dict:
+    """The baselines on the same file (llama.cpp alone), then the result's record."""
+    from anypair.backends.llama_cpp_guard import probe_failure
+    from anypair.machine import describe_machine
+
     llama_steps: dict[int, float] = {}
     failure = probe_failure(path, threads)
     if failure is None:
@@ -236,7 +303,7 @@ def replay(shape, prompts: Sequence[str], *, max_new_tokens: int = 128, threads:
                     "shapes (text meaningless), every cost measured here, the acceptance borrowed from the real "
                     "1.5B target", "shape": shape.name, "file": str(path), "machine": describe_machine(),
             "threads": threads, "max_new_tokens": max_new_tokens,
-            "draft_length": "policy" if fixed_length is None else fixed_length, "rows": [asdict(r) for r in rows],
+            "draft_length": draft_length, "rows": [asdict(r) for r in rows],
             "summary": summarize(rows), "recorded": [asdict(p) for p in recorded]}
 
 

@@ -324,18 +324,23 @@ def _run_replay_cmd(args) -> int:
 
     if args.n < 1:
         raise InputError(f"--n must be at least 1, got {args.n}")
-    try:  # "policy": the shipped policy's rounds; a number: a constant draft of that many steps
-        lengths = [None if k.strip() == "policy" else int(k) for k in args.replay_lengths.split(",") if k.strip()]
+    # "policy": the shipped policy's rounds priced at the seed's size; "policy-1.5b": priced beside the 1.5B
+    # target; a number: a constant draft of that many steps
+    named = {"policy": None, "policy-1.5b": "1.5b"}
+    try:
+        lengths = [named[k.strip()] if k.strip() in named else int(k) for k in args.replay_lengths.split(",")
+                   if k.strip()]
     except ValueError:
-        raise InputError(f"--replay-lengths takes 'policy' and/or draft lengths, e.g. policy,4,8; got "
+        raise InputError(f"--replay-lengths takes 'policy', 'policy-1.5b' and/or draft lengths, e.g. policy,4,8; got "
                          f"{args.replay_lengths!r}") from None
-    if not lengths or any(k is not None and k < 1 for k in lengths):
+    if not lengths or any(isinstance(k, int) and k < 1 for k in lengths):
         raise InputError(f"--replay-lengths: each fixed length must be at least 1, got {args.replay_lengths!r}")
     prompts = prompts_from_file(args.prompts, args.n) if args.prompts else humaneval_prompts(args.n)
     results = []
     for length in lengths:
         results.append(replay(args.target_shape, prompts, max_new_tokens=args.max_new_tokens or 128,
-                              threads=args.threads or 2, fixed_length=length))
+                              threads=args.threads or 2, fixed_length=length if isinstance(length, int) else None,
+                              priced_at_size=length != "1.5b"))
         print(format_replay(results[-1]), flush=True)
         if args.json:  # after each length: a long run keeps what it measured
             Path(args.json).parent.mkdir(parents=True, exist_ok=True)

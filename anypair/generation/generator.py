@@ -267,6 +267,12 @@ class AnyPairGenerator:
         """The hybrid's price of a verified row: the target's measured slope at a short proposal's rows."""
         return self._batch_costs.target.relative_slope(4)
 
+    @property
+    def draft_step_seconds(self) -> Optional[float]:
+        """The draft model's one-row forward as its engine's cost model measured it (None: not yet)."""
+        draft = self._batch_costs.draft
+        return draft.seconds(1) if draft.measured(1) else None
+
     def _model_draft_costs(self) -> Optional[StepCosts]:
         """Timing-free step costs of drafting with the draft model (see policies.estimated_step_costs):
         a step's time taken as proportional to the bytes of weights it reads (4 bytes stand for one

@@ -62,11 +62,16 @@ HumanEval/9 (Qwen2.5-Coder-1.5B, SmolLM2-135M) the policy that gave up after 3 f
 proposed 6 tokens in 127 rounds, while a constant 4-token draft kept 69% of its 120 proposed tokens
 and took 44 rounds.
 
-What a probe costs bounds the wait: one round of draft steps plus the draft's catch-up read of the
-tokens committed since it last drafted (one batched forward; on 2 cores ~0.7 ms a token against
-~3-8 ms a step). At the longest wait of 8 rounds a probe every ninth round costs a few percent of a
-request in which drafting never pays again; the cross-request ledger (`policies.ledger`) is what
-stops a pair that never pays.
+What a probe costs bounds the wait: a probe's round costs its draft steps (on the translated path
+at least three: the healed tail and two new tokens), the draft's catch-up read of the tokens
+committed since it last drafted, and the verification's extra rows. The schedule measures that cost
+(in single target steps, smoothed, kept across requests: it is the pair's) and waits long enough that
+probes spend at most `PROBE_BUDGET` of the paused rounds' time: the longest wait is
+cost / PROBE_BUDGET rounds, at least `longest_wait` and at most `LONGEST_PROBE_WAIT`. On summaries
+(Qwen2.5-Coder-1.5B, SmolLM2-135M, 2 cores) a probe cost ~0.7 target steps (three ~8 ms draft steps
+and a ~10 ms catch-up against a 46 ms step): a probe every ninth round spent ~7% of a request where
+drafting never paid again (CNN/DailyMail prompts at 0.91-0.95x the target alone). The cross-request
+ledger (`policies.ledger`) is what stops a pair that never pays.
 
 ## AcceptanceEstimate
 
@@ -75,6 +80,7 @@ the ones before (the rate of a geometric process), smoothed over rounds.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -106,13 +112,28 @@ class AcceptanceEstimate:
         self.rate = (1 - self.smoothing) * self.rate + self.smoothing * observed
 
 
+#: the share of the paused rounds' time that probes may spend (see ProbeSchedule)
+PROBE_BUDGET = 0.04
+#: the longest wait between probes, however dear a probe is
+LONGEST_PROBE_WAIT = 32
+
+
 class ProbeSchedule:
     def __init__(self, first_after: int = 2, longest_wait: int = 8) -> None:
         if not 1 <= first_after <= longest_wait:
             raise ValueError(f"need 1 <= first_probe_after <= probe_every, got {first_after} and {longest_wait}")
         self.first_after = first_after
         self.longest_wait = longest_wait
+        self.probe_cost: Optional[float] = None  # a probe's round over a plain step, in target steps (smoothed)
         self.reset()
+
+    @property
+    def wait_cap(self) -> int:
+        """The longest wait: `longest_wait`, or longer where a probe costs more than the budget allows."""
+        if self.probe_cost is None:
+            return self.longest_wait
+        return min(LONGEST_PROBE_WAIT, max(self.longest_wait, math.ceil(self.probe_cost / PROBE_BUDGET)))
+
 
     def reset(self) -> None:
         self.idle_rounds = 0  # paused rounds since the last probe
@@ -131,8 +152,13 @@ class ProbeSchedule:
         self.idle_rounds += 1
         return False
 
-    def after_probe(self, drafting_resumed: bool) -> None:
-        self.wait = self.first_after if drafting_resumed else min(self.longest_wait, 2 * self.wait)
+    def after_probe(self, drafting_resumed: bool, extra_steps: Optional[float] = None) -> None:
+        """A probe ran: whether it resumed drafting, and what its round cost over a plain step (in
+        target steps; None: not known)."""
+        if extra_steps is not None:
+            extra = max(0.0, extra_steps)
+            self.probe_cost = extra if self.probe_cost is None else 0.7 * self.probe_cost + 0.3 * extra
+        self.wait = self.first_after if drafting_resumed else min(self.wait_cap, 2 * self.wait)
         self.failed_in_a_row = 0 if drafting_resumed else self.failed_in_a_row + 1
 
 
@@ -186,7 +212,8 @@ class ExpectedRateLength(DraftLengthPolicy):
         if draft_step is not None and self.costs.known:
             self.k = best_length(self.acceptance.rate, draft_step, self.costs.verify, self.minimum, self.maximum)
         if probed:
-            self.probes.after_probe(drafting_resumed=self.k > 0)
+            self.probes.after_probe(drafting_resumed=self.k > 0,
+                                    extra_steps=self.costs.probe_extra(feedback) if self.costs.known else None)
 
 
 class ConfidenceCalibration:
@@ -272,7 +299,8 @@ class ConfidenceStopLength(DraftLengthPolicy):
             else:
                 self.net_saving = (1 - self.smoothing) * self.net_saving + self.smoothing * saved
         if probed:
-            self.probes.after_probe(drafting_resumed=not self.paused)
+            self.probes.after_probe(drafting_resumed=not self.paused,
+                                    extra_steps=self.costs.probe_extra(feedback) if self.costs.known else None)
 
 
 @dataclass

@@ -43,6 +43,12 @@ class CostModel(ABC):
     def round_cost(self, feedback: RoundFeedback) -> float:
         """What drafting and verifying that round cost."""
 
+    def probe_extra(self, feedback: RoundFeedback) -> float:
+        """What a probe's round cost over a plain target step, in plain steps: its draft steps, the
+        draft's catch-up read (a probe pays it) and the extra rows verified."""
+        plain = self.verify(1)
+        return (self.round_cost(feedback) - plain) / plain
+
     def observe(self, feedback: RoundFeedback) -> None:
         """Learn from a round's timings (a fixed model ignores them)."""
 
@@ -235,6 +241,10 @@ class TimedCosts(CostModel):
     def round_cost(self, feedback: RoundFeedback) -> float:
         # the draft's catch-up read after a pause is what pausing cost, not what this round's drafting costs
         return feedback.draft_seconds - feedback.catch_up_seconds + feedback.verify_seconds
+
+    def probe_extra(self, feedback: RoundFeedback) -> float:
+        plain = self.verify(1)
+        return (feedback.draft_seconds + feedback.verify_seconds - plain) / plain
 
     def observe(self, feedback: RoundFeedback) -> None:
         step = feedback.draft_step_seconds
