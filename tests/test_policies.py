@@ -22,6 +22,7 @@ from anypair.policies import (
     estimated_step_costs,
     make_policy,
 )
+from anypair.policies.adaptive import PROBE_DRAFT_STEPS
 
 
 def flat(seconds: float):
@@ -126,7 +127,7 @@ def test_confidence_stopping_pauses_drafting_while_it_loses_time():
         lengths.append(p.next_length())
         if lengths[-1] == 0:
             p.update(plain_round())
-    assert lengths == [0, 0, 0, 10]  # ... and probes every 4th round
+    assert lengths == [0, 0, 0, PROBE_DRAFT_STEPS]  # ... and probes every 4th round, a few steps long
     # a probe that pays (5 tokens accepted) switches drafting back on
     p.update(RoundFeedback(10, 5, 5, 0.3, step(6), 0.05))
     assert p.net_saving > 0 and p.next_length() == 10
@@ -155,7 +156,7 @@ def test_probe_that_pays_resumes_drafting_at_once():
     while lengths[-1] == 0 and len(lengths) <= 3:
         p.update(plain_round())
         lengths.append(p.next_length())
-    assert lengths[0] == 0 and lengths[-1] == 10  # paused, then a probe
+    assert lengths[0] == 0 and lengths[-1] == PROBE_DRAFT_STEPS  # paused, then a (short) probe
     # one probe saving a little is enough: smoothing it into the old average would pause again
     p.update(RoundFeedback(10, 2, 2, 0.1, step(3), 0.05))
     assert p.net_saving > 0 and p.next_length() == 10
@@ -283,7 +284,7 @@ def test_fixed_costs_make_the_adaptive_policy_ignore_timings():
 
     seen = lengths(1.0)
     assert seen == lengths(7.0)
-    assert {k for k, _ in seen} == {0, 12}  # it paused and probed: the comparison covers both
+    assert {k for k, _ in seen} == {0, PROBE_DRAFT_STEPS, 12}  # it drafted, paused and probed: all compared
 
 
 def test_fixed_costs_pause_drafting_that_cannot_pay():
