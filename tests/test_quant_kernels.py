@@ -387,29 +387,83 @@ def _filled_cache(kv_heads: int, length: int, dim: int, seed: int):
     return k, v
 
 
-@pytest.mark.parametrize("heads,kv_heads,dim,window,context,queries", [
-    (12, 2, 128, 0, 300, 16), (9, 3, 64, 0, 300, 16), (4, 1, 256, 40, 300, 16),
+def _attention_fp64(q, k_cache, v_cache, pos, scale, window, softcap):
+    """torch's attention in fp64 for one query row [Hq, D] at position pos of the caches [Hkv, L, D]."""
+    group = q.shape[0] // k_cache.shape[0]
+    lo = max(0, pos - window + 1) if window else 0
+    keys = k_cache[:, lo:pos + 1].double().repeat_interleave(group, 0)
+    values = v_cache[:, lo:pos + 1].double().repeat_interleave(group, 0)
+    scores = (keys @ q.double().unsqueeze(-1)).squeeze(-1) * scale
+    if softcap > 0:
+        scores = softcap * torch.tanh(scores / softcap)
+    return (torch.softmax(scores, dim=-1).unsqueeze(-1) * values).sum(1).reshape(-1)
+
+
+@pytest.mark.parametrize("heads,kv_heads,dim,window,context,queries,softcap", [
+    (12, 2, 128, 0, 300, 16, 0.0), (9, 3, 64, 0, 300, 16, 0.0), (4, 1, 256, 40, 300, 16, 0.0),
     # rows whose ranges start and end inside a shared key block; more rows than one piece reads at once
-    (12, 2, 128, 0, 301, 5), (9, 3, 64, 7, 30, 20), (14, 2, 64, 0, 1003, 19)])
-def test_attention_matches_torch_and_is_bitwise_batch_invariant(heads, kv_heads, dim, window, context, queries):
+    (12, 2, 128, 0, 301, 5, 0.0), (9, 3, 64, 7, 30, 20, 0.0), (14, 2, 64, 0, 1003, 19, 0.0),
+    # gemma-2-9b's shape, one task reading a KV head for every row: soft-capped; a sliding window
+    # narrower than the rows' span (each row's first key in another place of a key block); 19 rows
+    # (two groups); rows from position 0 (ranges shorter than a block); a head size that is not a
+    # multiple of 16 (the AVX2 path in an AVX-512 build)
+    (16, 8, 256, 0, 300, 4, 50.0), (16, 8, 256, 5, 301, 8, 50.0), (16, 8, 256, 11, 262, 19, 30.0),
+    (16, 8, 256, 0, 0, 5, 0.0), (4, 2, 72, 9, 53, 6, 20.0)])
+def test_attention_matches_torch_and_is_bitwise_batch_invariant(heads, kv_heads, dim, window, context, queries,
+                                                                 softcap):
     k_cache, v_cache = _filled_cache(kv_heads, context + queries, dim, seed=heads)
     q = torch.randn(queries, heads, dim, generator=torch.Generator().manual_seed(7))
     scale = 1.0 / math.sqrt(dim)
-    together = attention(q, k_cache, v_cache, context, scale, window=window, threads=2)
-    assert torch.equal(together, attention(q, k_cache, v_cache, context, scale, window=window, use_reference=True))
-    alone = torch.cat([attention(q[i:i + 1], k_cache, v_cache, context + i, scale, window=window, threads=1)
-                       for i in range(queries)])
+    together = attention(q, k_cache, v_cache, context, scale, window=window, threads=2, softcap=softcap)
+    assert torch.equal(together, attention(q, k_cache, v_cache, context, scale, window=window, use_reference=True,
+                                           softcap=softcap))
+    alone = torch.cat([attention(q[i:i + 1], k_cache, v_cache, context + i, scale, window=window, threads=1,
+                                 softcap=softcap) for i in range(queries)])
     assert torch.equal(together, alone)
     # torch's attention in fp64 on the same cache: query i sees positions [lo, context + i]
-    group = heads // kv_heads
     for i in (0, queries - 1):
-        pos = context + i
-        lo = max(0, pos - window + 1) if window else 0
-        keys = k_cache[:, lo:pos + 1].double().repeat_interleave(group, 0)
-        values = v_cache[:, lo:pos + 1].double().repeat_interleave(group, 0)
-        weights = torch.softmax((keys @ q[i].double().unsqueeze(-1)).squeeze(-1) * scale, dim=-1)
-        expected = (weights.unsqueeze(-1) * values).sum(1).reshape(-1)
+        expected = _attention_fp64(q[i], k_cache, v_cache, context + i, scale, window, softcap)
         assert torch.allclose(together[i].double(), expected, rtol=1e-4, atol=1e-5)
+
+
+def _attention_rows(q, caches, pos, slots, scale, window, softcap, threads=2, use_reference=False):
+    """ap_attention_rows straight through ctypes: row m at position pos[m] of cache slot slots[m]
+    (caches [2][slots][Hkv][L_max][D] fp16), as the forward calls it for several sequences at once."""
+    import ctypes
+
+    rows, heads, dim = q.shape
+    _, _, kv_heads, max_len, _ = caches.shape
+    positions = np.asarray(pos, dtype=np.int32)
+    cache_at = np.asarray([s * kv_heads * max_len * dim for s in slots], dtype=np.int64)
+    q = q.contiguous()
+    out = torch.empty(rows, heads * dim, dtype=torch.float32)
+    status = load_library().ap_attention_rows(q.data_ptr(), caches[0].data_ptr(), caches[1].data_ptr(), max_len,
+                                              positions.ctypes.data, cache_at.ctypes.data, rows, heads, kv_heads, dim,
+                                              ctypes.c_float(scale), ctypes.c_float(softcap), window, out.data_ptr(),
+                                              threads, int(use_reference))
+    assert status == 0
+    return out
+
+
+@pytest.mark.parametrize("heads,kv_heads,dim", [(16, 8, 256), (9, 3, 64), (28, 4, 128)])
+@pytest.mark.parametrize("window,softcap", [(0, 0.0), (6, 50.0)])
+def test_attention_rows_of_two_sequences_in_one_call_are_bitwise_each_row_alone(heads, kv_heads, dim, window, softcap):
+    """One ap_attention_rows call with rows of two sequences (two slots of one cache buffer), the
+    first sequence's rows in two runs: each run of a sequence is read as one group, and every row
+    gets the bits it gets alone and the reference's."""
+    generator = torch.Generator().manual_seed(heads)
+    caches = torch.randn(2, 2, kv_heads, 320, dim, generator=generator).half()
+    pos = [203, 204, 205, 57, 58, 59, 60, 206, 0, 1]
+    slots = [1, 1, 1, 0, 0, 0, 0, 1, 0, 0]
+    q = torch.randn(len(pos), heads, dim, generator=generator)
+    scale = 1.0 / math.sqrt(dim)
+    together = _attention_rows(q, caches, pos, slots, scale, window, softcap)
+    assert torch.equal(together, _attention_rows(q, caches, pos, slots, scale, window, softcap, use_reference=True))
+    for m in range(len(pos)):
+        alone = _attention_rows(q[m:m + 1], caches, pos[m:m + 1], slots[m:m + 1], scale, window, softcap, threads=1)
+        assert torch.equal(together[m:m + 1], alone), m
+        expected = _attention_fp64(q[m], caches[0, slots[m]], caches[1, slots[m]], pos[m], scale, window, softcap)
+        assert torch.allclose(together[m].double(), expected, rtol=1e-4, atol=1e-5)
 
 
 def test_a_thread_pool_released_comes_back_on_the_next_call(real_matrices):

@@ -50,6 +50,7 @@ void ap_rmsnorm(const float *x, const float *w, int M, int n, float eps, float *
 void ap_silu_mul(float *gate, const float *up, long n, int use_ref);
 void ap_gelu_tanh_mul(float *gate, const float *up, long n, int use_ref);
 void ap_softcap(float *x, long n, float cap, int use_ref);
+// attention.c
 int ap_attention(const float *q, const uint16_t *k_cache, const uint16_t *v_cache, int L_max, int start, int M, int Hq, int Hkv, int D, float scale, float softcap, int window, float *out, int nthreads, int use_ref);
 int ap_attention_rows(const float *q, const uint16_t *k_cache, const uint16_t *v_cache, int L_max, const int *pos, const int64_t *cache_at, int M, int Hq, int Hkv, int D, float scale, float softcap, int window, float *out, int nthreads, int use_ref);
 // forward.c
