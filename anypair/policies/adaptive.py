@@ -65,7 +65,7 @@ and took 44 rounds.
 What a probe costs bounds the wait: a probe's round costs its draft steps (on the translated path
 at least three: the healed tail and two new tokens), the draft's catch-up read of the tokens
 committed since it last drafted, and the verification's extra rows. The schedule measures that cost
-(in single target steps, smoothed, kept across requests: it is the pair's) and waits long enough that
+(in single target steps, smoothed over the request's probes) and waits long enough that
 probes spend at most `PROBE_BUDGET` of the paused rounds' time: the longest wait is
 cost / PROBE_BUDGET rounds, at least `longest_wait` and at most `LONGEST_PROBE_WAIT` (a longer wait
 finds a predictable stretch later: the cap bounds that). A probe of the confidence-stopped policy
@@ -138,7 +138,6 @@ class ProbeSchedule:
         if self.probe_cost is None:
             return self.longest_wait
         return min(LONGEST_PROBE_WAIT, max(self.longest_wait, math.ceil(self.probe_cost / PROBE_BUDGET)))
-
 
     def reset(self) -> None:
         self.idle_rounds = 0  # paused rounds since the last probe
