@@ -89,21 +89,6 @@ class _Recorder(DraftLengthPolicy):
         self.inner.update(feedback)
 
 
-def seed_row_seconds(backend, ids: Sequence[int], context: int, rows: Sequence[int] = (1, 2, 3, 4, 5, 6, 8)
-                     ) -> dict[int, float]:
-    """The seed target's forward of each number of `rows` after `context` tokens (median of 3): seconds."""
-    backend.reset()
-    backend.prefill(list(ids[:context]))
-    seconds = {}
-    for n in rows:
-        times = []
-        for _ in range(3):
-            times.append(_timed(backend, ids[context: context + n]))
-            backend.crop(context)
-        seconds[n] = statistics.median(times)
-    return seconds
-
-
 def seed_priced_costs(row_seconds: dict[int, float], draft_step_s: float):
     """The length policy's costs beside the seed target, in its single-row steps: the draft's measured
     step over the seed's, and the seed's measured slope over a short proposal's rows (1 to 5)."""
@@ -119,7 +104,7 @@ def record(prompts: Sequence[str], max_new_tokens: int, threads: int, progress: 
     """Each prompt through the real pair (default: the default pair) with the shipped policy, or a
     constant `fixed_length` draft steps a round (what a longer draft would have had accepted, for the
     sweep at a size where drafting is cheap), and its target alone for the real speedup. `seed_row_s`
-    (a seed target's forwards by rows, `seed_row_seconds`): the policy prices rounds at that target's
+    (a seed target's forwards by rows, seconds): the policy prices rounds at that target's
     costs (`seed_priced_costs`) instead of the 1.5B target's."""
     from anypair.generation.generator import AnyPairGenerator
     from anypair.policies import AdaptiveLength, make_policy
@@ -232,6 +217,7 @@ def replay(shape, prompts: Sequence[str], *, max_new_tokens: int = 128, threads:
     import torch
 
     from anypair.backends.quantized_gguf import QuantizedGGUFBackend
+    from anypair.benchmarking.costs import verification_costs
     from anypair.zoo.seed_shapes import resolve_shape
     from anypair.zoo.seed_writer import seed_gguf
 
@@ -249,8 +235,12 @@ def replay(shape, prompts: Sequence[str], *, max_new_tokens: int = 128, threads:
     label = fixed_length if fixed_length is not None else "recorded" if recorded is not None else \
         "policy" if priced else "policy-1.5b"
     if recorded is None:
-        typical = int(statistics.median(len(p) for p in prompts)) // 4  # about a prompt's tokens
-        row_s = seed_row_seconds(target, ids, min(max(typical, 100), longest - 16)) if priced else None
+        row_s = None
+        if priced:  # the seed target's forwards of 1-8 rows after a prompt of a typical length (benchmarking.costs)
+            typical = int(statistics.median(len(p) for p in prompts)) // 4  # about a prompt's tokens
+            ms = verification_costs(target, ids[:min(max(typical, 100), longest - 16)], ks=(1, 2, 3, 4, 5, 6, 8),
+                                    repeats=3)
+            row_s = {rows: t / 1000 for rows, t in ms.items()}
         how = ("the shipped policy priced at the seed target's costs" if priced else
                "the shipped policy priced at the 1.5B target's costs" if fixed_length is None else
                f"a constant {fixed_length}-step draft")
