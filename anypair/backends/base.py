@@ -37,11 +37,17 @@ RowLogits = Literal["all", "last", "none"]
 
 @dataclass(frozen=True)
 class SequenceRows:
-    """One sequence's part of a forward: `ids` appended to slot `slot`, and which logits come back."""
+    """One sequence's part of a forward: `ids` appended to slot `slot`, and which logits come back.
+
+    `parents` (engines that score trees, `scores_trees`): per row, the earlier row of `ids` it follows,
+    -1 for the first row (it follows the cached positions); None: a chain. A tree's row sits at the
+    position of its depth and attends to its ancestors only; afterwards `keep_path_slot` keeps one
+    root-to-leaf path as the sequence's next positions."""
 
     slot: int
     ids: Sequence[int]
     logits: RowLogits = "all"
+    parents: Optional[Sequence[int]] = None
 
 
 class ModelBackend(ABC):
@@ -53,6 +59,9 @@ class ModelBackend(ABC):
     #: the engine promises bitwise batch invariance (a token's logits are the same bits alone or
     #: scored with others); the contract then allows no difference at all, not fp32 noise
     bitwise_batch_invariant: bool = False
+    #: `forward_rows` scores a tree of rows (`SequenceRows.parents`), each row's logits bitwise those
+    #: of the same row in a chain of its ancestors; the others score chains only
+    scores_trees: bool = False
     #: the most sequences `set_slots` accepts (None: as many as memory holds); 1: one request at a time
     max_slots: Optional[int] = 1
     #: prompt rows one `forward_rows` call should read (None: a whole prompt, the engine chunks it
@@ -116,6 +125,11 @@ class ModelBackend(ABC):
         else:
             self.crop(length)
 
+    def keep_path_slot(self, slot: int, rows: Sequence[int]) -> None:
+        """After a tree forward on slot `slot`: keep the tree's rows `rows` (its root, row 0, then one
+        child after another) as the positions after those cached before it, and drop the rest."""
+        raise InputError(f"{self.name} scores chains only, not trees of rows: use the gguf engine")
+
     def extend_slot(self, slot: int, ids: Sequence[int], all_logits: bool) -> torch.Tensor:
         """A forward of slot `slot`'s rows alone (a long prompt chunked as the engine chunks it)."""
         return self.extend(ids, all_logits=all_logits)
@@ -126,6 +140,8 @@ class ModelBackend(ABC):
         or None). A one-slot engine runs its one call as an `extend`."""
         if len({c.slot for c in calls}) != len(calls):
             raise ValueError("forward_rows: one call per slot (a sequence's rows go together, in order)")
+        if any(c.parents is not None for c in calls):
+            raise InputError(f"{self.name} scores chains only, not trees of rows: use the gguf engine")
         outputs: list[Optional[torch.Tensor]] = []
         for call in calls:
             self._check_slot(call.slot)
@@ -160,6 +176,10 @@ class Slot:
 
     def reset(self) -> None:
         self.engine.crop_slot(self.index, 0)
+
+    def keep_path(self, rows: Sequence[int]) -> None:
+        """After a tree forward: keep its rows `rows` (root first) as this sequence's next positions."""
+        self.engine.keep_path_slot(self.index, rows)
 
     def extend(self, ids: Sequence[int], all_logits: bool = False) -> torch.Tensor:
         return self.engine.extend_slot(self.index, ids, all_logits)

@@ -38,6 +38,7 @@ import torch
 from anypair.backends.base import ModelBackend, SequenceRows
 from anypair.backends.gguf_file import GGUFFile
 from anypair.backends.member import EngineChoice, LoadOptions, ModelSpec, member_from_backend
+from anypair.backends.trees import ScoredTree, check_parents, depths
 from anypair.errors import InputError
 
 logger = logging.getLogger("anypair")
@@ -279,6 +280,7 @@ class QuantizedGGUFBackend(ModelBackend):
     """A GGUF of one of ARCHITECTURES on anypair's batch-invariant kernels, behind extend/crop/reset."""
 
     bitwise_batch_invariant = True
+    scores_trees = True
     #: slots cost memory only for the context they use (the caches' pages are mapped as written)
     max_slots = None
     #: a call's rows bound the activations' memory
@@ -312,6 +314,7 @@ class QuantizedGGUFBackend(ModelBackend):
             + sum(w.nbytes for w in self.head.weights if w is not self.embedding)
         self.stack = self._layer_stack()
         self._lengths = [0] * slots  # cached positions per slot
+        self._trees: dict[int, ScoredTree] = {}  # per slot, its last forward when that was a tree
         self._gguf = gguf  # keeps the memory map alive
         self._outside_layers: Optional[dict[str, float]] = None  # seconds of the parts timed in Python, while profiling
 
@@ -407,6 +410,7 @@ class QuantizedGGUFBackend(ModelBackend):
             raise InputError(f"{self.name}: slots must be at least 1, got {slots}")
         if slots == self._slots:
             self._lengths = [0] * slots
+            self._trees = {}
             return
         shape = (slots, self.shape.kv_heads, self.max_context, self.shape.head_dim)
         for layer in self.layers:
@@ -416,6 +420,7 @@ class QuantizedGGUFBackend(ModelBackend):
         self.stack.profile = old.profile
         self._slots = slots
         self._lengths = [0] * slots
+        self._trees = {}
 
     @property
     def slots(self) -> int:
@@ -434,6 +439,13 @@ class QuantizedGGUFBackend(ModelBackend):
         if length < 0 or length > self._lengths[slot]:
             raise ValueError(f"cannot crop a cache of {self._lengths[slot]} positions to {length}")
         self._lengths[slot] = length  # positions past it are overwritten by the next extend
+        self._trees.pop(slot, None)
+
+    def keep_path_slot(self, slot: int, rows: Sequence[int]) -> None:
+        tree = self._trees.pop(slot, None)
+        if tree is None:
+            raise ValueError(f"{self.name}: keep_path on slot {slot}, whose last forward was not a tree")
+        self._lengths[slot] = tree.keep(rows, self.layers, slot, self.layers[0].k_cache.dim() == 4)
 
     def extend_slot(self, slot: int, ids: Sequence[int], all_logits: bool) -> torch.Tensor:
         return self._extend(slot, ids, all_logits)
@@ -473,7 +485,8 @@ class QuantizedGGUFBackend(ModelBackend):
 
         if len({c.slot for c in calls}) != len(calls):
             raise ValueError("forward_rows: one call per slot (a sequence's rows go together, in order)")
-        calls = [SequenceRows(c.slot, self._check_rows(c.slot, c.ids), c.logits) for c in calls]
+        calls = [SequenceRows(c.slot, self._check_rows(c.slot, c.ids), c.logits,
+                              None if c.parents is None else check_parents(c.parents, len(c.ids))) for c in calls]
         profile = self._outside_layers
         t0 = time.perf_counter() if profile is not None else 0.0
         rows = dequant_rows(self.embedding, [t for c in calls for t in c.ids])
@@ -481,11 +494,16 @@ class QuantizedGGUFBackend(ModelBackend):
             rows.mul_(self.shape.embedding_scale)
         if profile is not None:
             profile["embedding"] += time.perf_counter() - t0
-        x = self.stack.forward_seqs(rows, [(len(c.ids), self._lengths[c.slot], c.slot) for c in calls], self.threads)
+        parents, tree_kv = self._tree_rows(calls)
+        x = self.stack.forward_seqs(rows, [(len(c.ids), self._lengths[c.slot], c.slot) for c in calls], self.threads,
+                                    parents=parents, tree_kv=tree_kv)
         picked: list[int] = []  # the rows whose logits are asked for, in call order
         row = 0
         for c in calls:
-            self._lengths[c.slot] += len(c.ids)
+            self._trees.pop(c.slot, None)
+            if c.parents is not None:
+                self._trees[c.slot] = ScoredTree(self._lengths[c.slot], list(c.parents), tree_kv[:, row:row + len(c.ids)])
+            self._lengths[c.slot] += len(c.ids) if c.parents is None else max(depths(c.parents)) + 1
             picked += range(row, row + len(c.ids)) if c.logits == "all" else [row + len(c.ids) - 1] \
                 if c.logits == "last" else []
             row += len(c.ids)
@@ -516,6 +534,19 @@ class QuantizedGGUFBackend(ModelBackend):
             else:
                 outputs.append(None)
         return outputs
+
+    def _tree_rows(self, calls: Sequence[SequenceRows]) -> tuple[Optional[list[int]], Optional[torch.Tensor]]:
+        """Every row's parent (an index into the whole forward's rows) and a tensor for the rows' keys
+        and values, when a call is a tree; (None, None) when all are chains."""
+        if all(c.parents is None for c in calls):
+            return None, None
+        parents: list[int] = []
+        for c in calls:
+            base = len(parents)
+            own = c.parents if c.parents is not None else [-1, *range(len(c.ids) - 1)]
+            parents += [p if p < 0 else base + p for p in own]
+        shape = self.shape
+        return parents, torch.empty(shape.layers, len(parents), 2, shape.kv_heads, shape.head_dim, dtype=torch.float16)
 
     def describe(self) -> str:
         from anypair.kernels import simd_level

@@ -66,7 +66,7 @@ SIGNATURES: dict[str, tuple] = {
     "ap_attention_rows": (_i, [_p, _p, _p, _i, _p, _p, _i, _i, _i, _i, _f, _f, _i, _p, _i, _i]),
     "ap_profile_parts": (_i, []),
     "ap_layers_forward": (_i, [_p, _p, _i, _p, _i, _i, _i, _i, _p]),
-    "ap_layers_forward_seqs": (_i, [_p, _p, _i, _p, _p, _p, _p, _i, _i, _i, _i, _p]),
+    "ap_layers_forward_seqs": (_i, [_p, _p, _i, _p, _p, _p, _p, _i, _p, _p, _i, _i, _i, _p]),
     "ap_stream_read": (ctypes.c_uint64, [_p, ctypes.c_size_t, _i]),
     "ap_int8_peak": (ctypes.c_long, [ctypes.c_long, _i, _i, _p]),
     "ap_abi_layout": (_i, [_p, _i]),

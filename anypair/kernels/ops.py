@@ -349,21 +349,37 @@ class LayerStack:
         return x
 
     def forward_seqs(self, x: torch.Tensor, seqs: Sequence[tuple[int, int, int]], threads: int = 0,
-                     use_reference: bool = False, path: KernelPath = "best") -> torch.Tensor:
+                     use_reference: bool = False, path: KernelPath = "best",
+                     parents: Optional[Sequence[int]] = None, tree_kv: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Rows of several sequences in one call: `seqs` lists (rows, start, slot) per sequence, in
-        x's row order; each row attends only to its own slot's cache. x updated in place and returned."""
+        x's row order; each row attends only to its own slot's cache. x updated in place and returned.
+
+        `parents` (one per row of x): the row each row follows, an earlier row of its sequence, -1 for
+        a sequence's first row; a sequence whose rows do not each follow the row before is a tree,
+        each row at position start + its depth, attending to its ancestors only (bitwise the same row
+        in a chain of them; csrc/forward.c). `tree_kv` [layers, rows, 2, kv_heads, head_dim] float16
+        receives every row's K and V (to move a tree's accepted path to its positions)."""
         x = x.contiguous()
         if sum(rows for rows, _, _ in seqs) != x.shape[0]:
             raise ValueError(f"the sequences' rows ({sum(r for r, _, _ in seqs)}) differ from x's ({x.shape[0]})")
         rows, starts, slots = (np.array(column, dtype=np.intc) for column in zip(*seqs))
+        tree = np.array(parents, dtype=np.intc) if parents is not None else None
+        if tree is not None and tree.shape != (x.shape[0],):
+            raise ValueError(f"parents: one per row ({x.shape[0]}), got {tree.shape}")
+        if tree_kv is not None and (tree_kv.dtype != torch.float16 or not tree_kv.is_contiguous()
+                                    or tree_kv.numel() != len(self.layers) * x.shape[0] * 2 * self._model.kv_heads
+                                    * self._model.head_dim):
+            raise ValueError("tree_kv must be contiguous float16 [layers, rows, 2, kv_heads, head_dim]")
         profile = self.profile.ctypes.data if self.profile is not None else None
         status = self._lib.ap_layers_forward_seqs(ctypes.addressof(self._model), ctypes.addressof(self._layers),
                                                   len(self.layers), x.data_ptr(), rows.ctypes.data, starts.ctypes.data,
-                                                  slots.ctypes.data, len(seqs), self.slots, threads,
-                                                  _path_code(path, use_reference), profile)
+                                                  slots.ctypes.data, len(seqs),
+                                                  tree.ctypes.data if tree is not None else None,
+                                                  tree_kv.data_ptr() if tree_kv is not None else None,
+                                                  self.slots, threads, _path_code(path, use_reference), profile)
         if status != 0:
-            raise RuntimeError(f"ap_layers_forward_seqs failed ({status}): a slot or position past the cache, "
-                               "or out of memory")
+            raise RuntimeError(f"ap_layers_forward_seqs failed ({status}): a slot or position past the cache, a "
+                               "row following no earlier row of its sequence, or out of memory")
         return x
 
 

@@ -56,7 +56,7 @@ int ap_attention_rows(const float *q, const uint16_t *k_cache, const uint16_t *v
 // forward.c
 int ap_profile_parts(void);
 int ap_layers_forward(const ap_model *m, const ap_layer *layers, int n_layers, float *x, int start, int M, int nthreads, int path, double *profile);
-int ap_layers_forward_seqs(const ap_model *m, const ap_layer *layers, int n_layers, float *x, const int *seq_rows, const int *seq_start, const int *seq_slot, int n_seqs, int n_slots, int nthreads, int path, double *profile);
+int ap_layers_forward_seqs(const ap_model *m, const ap_layer *layers, int n_layers, float *x, const int *seq_rows, const int *seq_start, const int *seq_slot, int n_seqs, const int *parents, uint16_t *tree_kv, int n_slots, int nthreads, int path, double *profile);
 // roofline.c
 uint64_t ap_stream_read(const uint8_t *buffer, size_t bytes, int nthreads);
 long ap_int8_peak(long iterations, int nthreads, int use_avx2, int32_t *sink);
