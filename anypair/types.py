@@ -53,10 +53,15 @@ class DraftBudget:
     # stop once the drafter's probability that its whole proposal is right would fall below this
     # (0: never); only drafters that declare `stops_by_confidence` read it
     stop_confidence: float = 0.0
+    # a tree of candidates (`Proposal.parents`) is welcome: the drafter may add an alternative to its
+    # proposal where its probability of being the target's (with the tokens before it) is at least
+    # this; None: a chain only (the target's engine scores chains, or trees are off)
+    branch_confidence: Optional[float] = None
 
     def __post_init__(self) -> None:
-        if self.max_draft_steps < 0 or self.max_target_tokens < 0 or not 0 <= self.stop_confidence < 1:
-            raise ValueError(f"a draft budget needs non-negative limits and a stop confidence in [0, 1): {self}")
+        if self.max_draft_steps < 0 or self.max_target_tokens < 0 or not 0 <= self.stop_confidence < 1 \
+                or not (self.branch_confidence is None or 0 <= self.branch_confidence < 1):
+            raise ValueError(f"a draft budget needs non-negative limits and confidences in [0, 1): {self}")
 
 
 @dataclass(frozen=True)
@@ -75,13 +80,36 @@ class Proposal:
     # part of the propose call the draft spent reading tokens committed since it last drafted (its
     # catch-up after a paused stretch): a cost of the pause, not of drafting from here on
     catch_up_seconds: float = 0.0
+    # a tree of candidates: per proposed token, the earlier proposed token it follows (-1: the last
+    # committed one); its first tokens are the main chain (each following the one before), the
+    # alternatives come after. None: a chain. Scored in one forward, each token attending to its
+    # ancestors only (`ModelBackend.scores_trees`)
+    parents: Optional[tuple[int, ...]] = None
 
     def __len__(self) -> int:
         return len(self.target_ids)
 
     def truncated(self, n_tokens: int) -> Proposal:
-        """The first `n_tokens` proposed tokens, everything else kept."""
-        return replace(self, target_ids=self.target_ids[:n_tokens])
+        """The first `n_tokens` proposed tokens (a tree's: its main chain first), everything else kept."""
+        parents = self.parents[:n_tokens] if self.parents is not None else None
+        if parents is not None and all(p == i - 1 for i, p in enumerate(parents)):
+            parents = None  # what is left is a chain
+        return replace(self, target_ids=self.target_ids[:n_tokens], parents=parents)
+
+    @property
+    def chain_length(self) -> int:
+        """Tokens of the main chain (all of a chain's)."""
+        if self.parents is None:
+            return len(self.target_ids)
+        return next((i for i, p in enumerate(self.parents) if p != i - 1), len(self.parents))
+
+    def main_chain(self) -> Proposal:
+        """The main chain alone (what an engine of chains, or a grammar's check, scores)."""
+        return self.truncated(self.chain_length)
+
+    def row_parents(self) -> Optional[list[int]]:
+        """For the rows [last committed token, *target_ids]: each row's parent row (None: a chain)."""
+        return None if self.parents is None else [-1, *(p + 1 for p in self.parents)]
 
 
 @dataclass(frozen=True)
@@ -90,6 +118,18 @@ class VerifyOutcome:
 
     n_accepted: int
     next_target_id: int
+    # the accepted proposed tokens' indices in a tree (None: a chain's first n_accepted)
+    path: Optional[tuple[int, ...]] = None
+
+    def accepted_ids(self, proposal: Proposal) -> list[int]:
+        """The proposed target ids kept, in order."""
+        if self.path is None:
+            return list(proposal.target_ids[:self.n_accepted])
+        return [proposal.target_ids[i] for i in self.path]
+
+    def scored_rows(self) -> list[int]:
+        """The rows of [last committed token, *proposal] that chose each emitted token, in order."""
+        return [0, *(i + 1 for i in self.path)] if self.path is not None else list(range(self.n_accepted + 1))
 
 
 @dataclass(frozen=True)
@@ -109,8 +149,11 @@ class RoundFeedback:
     @classmethod
     def of_round(cls, budget: DraftBudget, proposal: Proposal, outcome: VerifyOutcome,
                  draft_seconds: float, verify_seconds: float) -> RoundFeedback:
-        return cls(budget.max_draft_steps, len(proposal), outcome.n_accepted, draft_seconds, verify_seconds,
-                   proposal.draft_step_seconds, proposal.confidence, proposal.catch_up_seconds)
+        # a tree is learnt from as its main chain (the policy's length): its alternatives are rows
+        # the verification pays for, their tokens kept count as the chain's
+        proposed = proposal.chain_length
+        return cls(budget.max_draft_steps, proposed, min(outcome.n_accepted, proposed), draft_seconds,
+                   verify_seconds, proposal.draft_step_seconds, proposal.confidence, proposal.catch_up_seconds)
 
 
 @dataclass

@@ -29,6 +29,7 @@ with those bytes: the draft re-writes the tail its own way.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Callable, Generator, Optional, Sequence, Union
 
 import torch
@@ -49,6 +50,28 @@ PromptRenderer = Callable[[DraftRequest], list[int]]
 # 4 prompts' first rounds and probes all came back empty and the policy gave up drafting for the
 # request; with 2, 2.1 target tokens a round instead of 1.5.
 MIN_TRANSLATED_DRAFT_TOKENS = 2
+#: the draft's other choices a tree of candidates may add beside its proposal (its second choice at
+#: a step, its first where it stopped unsure): the likeliest ones, each a branch of its own
+MAX_ALTERNATIVES = 2
+
+
+def merge_chains(chains: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
+    """Chains of target ids merged as a tree (a trie): (ids, parents), the first chain's tokens
+    first (the main chain, each following the one before), then each other chain's tokens past its
+    longest prefix already in the tree. Parents index ids; -1 follows the last committed token."""
+    ids: list[int] = []
+    parents: list[int] = []
+    children: dict[tuple[int, int], int] = {}  # (parent, token) -> node
+    for chain in chains:
+        node = -1
+        for token in chain:
+            child = children.get((node, token))
+            if child is None:
+                child = children[(node, token)] = len(ids)
+                ids.append(token)
+                parents.append(node)
+            node = child
+    return ids, parents
 
 
 class ModelDrafter(Drafter):
@@ -95,6 +118,7 @@ class ModelDrafter(Drafter):
         self._proposed_draft_ids: list[int] = []
         self._step_seconds: Optional[float] = None
         self._catch_up_seconds = 0.0  # this round's reading of tokens committed while it did not draft
+        self._runner_up: Optional[tuple[int, float]] = None  # the last pick's second choice and its probability
         # logits rows the draft may pick: its real tokens, minus padded rows
         self._n_real = min(draft_tok.vocab_size, self.slot.vocab_size)
         self._draft_eos = frozenset(draft_tok.eos_ids)
@@ -200,8 +224,14 @@ class ModelDrafter(Drafter):
             logits = logits.clone()
             logits[self._banned[self._banned < self._n_real]] = float("-inf")
         token = int(logits.argmax())
+        self._runner_up = None
         if threshold > 0:
-            confidence = float(torch.softmax(logits, dim=-1)[token])
+            probs = torch.softmax(logits, dim=-1)
+            confidence = float(probs[token])
+            probs[token] = 0.0
+            runner_up = int(probs.argmax())
+            if runner_up not in self._draft_eos:
+                self._runner_up = (runner_up, float(probs[runner_up]))
         else:
             confidence = 1.0
         return token, confidence
@@ -223,6 +253,8 @@ class ModelDrafter(Drafter):
             return (yield from self._propose_sampled(max_draft_steps, max_target_tokens, threshold))
         new_ids: list[int] = []
         finished = False
+        # the draft's other choices it scored: (tokens of the proposal before it, token, chance it is right)
+        branches: list[tuple[int, int, float]] = []
         heal = self.sync.pending if self.token_healing else b""
         # the draft's probability that its whole proposal so far is right: a token that would take
         # it below the threshold is worth less than the verification it costs, so it is left out
@@ -238,7 +270,10 @@ class ModelDrafter(Drafter):
             if token in self._draft_eos:
                 finished = True
                 break
+            if self._runner_up is not None and not healing_step:  # the draft's second choice here, and its chance
+                branches.append((len(new_ids), self._runner_up[0], sure_so_far * self._runner_up[1]))
             if threshold > 0 and sure_so_far * confidence < threshold and len(new_ids) >= must_write:
+                branches.append((len(new_ids), token, sure_so_far * confidence))  # its first choice where it stopped
                 break
             sure_so_far *= confidence
             new_ids.append(token)
@@ -246,11 +281,23 @@ class ModelDrafter(Drafter):
             if self.same_vocabulary and len(new_ids) >= max_target_tokens:
                 break
         self._proposed_draft_ids = new_ids
+        chosen = [] if budget.branch_confidence is None else \
+            sorted((b for b in branches if b[2] >= budget.branch_confidence), key=lambda b: -b[2])[:MAX_ALTERNATIVES]
+        drafts = [new_ids, *(new_ids[:at] + [token] for at, token, _ in chosen)]  # the main chain first
         if self.same_vocabulary:
-            return self._proposal(new_ids[:max_target_tokens], sure_so_far)
+            return self._as_tree([ids[:max_target_tokens] for ids in drafts], sure_so_far)
         started = time.perf_counter()
-        target_ids = self._translate(new_ids, finished, max_target_tokens)
-        return self._proposal(target_ids, sure_so_far, translate_seconds=time.perf_counter() - started)
+        chains = [self._translate(ids, finished and ids is new_ids, max_target_tokens) for ids in drafts]
+        return self._as_tree(chains, sure_so_far, translate_seconds=time.perf_counter() - started)
+
+    def _as_tree(self, chains: list[list[int]], confidence: float, translate_seconds: float = 0.0) -> Proposal:
+        """The proposal of `chains` (target ids; the first is the main one) merged as a tree: a chain
+        when the others add nothing to it."""
+        target_ids, parents = merge_chains(chains)
+        proposal = self._proposal(target_ids, confidence, translate_seconds)
+        if any(p != i - 1 for i, p in enumerate(parents)):
+            proposal = replace(proposal, parents=tuple(parents))
+        return proposal
 
     def _translate(self, new_draft_ids: list[int], finished: bool, max_target_tokens: int) -> list[int]:
         """Target ids for the draft's new tokens: the stable part of their translation."""

@@ -294,7 +294,7 @@ class BatchScheduler:
             call = active.call
             assert call is not None
             if not call.prefill:
-                calls.append(SequenceRows(active.slot, call.ids, "all" if call.all_logits else "last"))
+                calls.append(SequenceRows(active.slot, call.ids, "all" if call.all_logits else "last", call.parents))
                 feeds.append((active, True))
                 continue
             if prefill_rows == 0:

@@ -121,6 +121,10 @@ class AnyPairGenerator:
             skipping the draft's prompt read and rounds, and every few requests one drafts again to
             check. Sampling consults it too: a seed gives the target's own text either way.
             False: every request drafts.
+        candidate_trees: where the target's engine scores trees of rows (the gguf engine; default
+            True), a model drafter that stops where it is unsure adds its next choices there as
+            alternatives, verified in the same forward (each row bitwise its chain's: the output is
+            the same); False: chains only.
     """
 
     def __init__(self, target: ModelSpec, draft: Optional[ModelSpec] = None, *,
@@ -131,13 +135,13 @@ class AnyPairGenerator:
                  dtype: Union[str, torch.dtype, None] = None, engine: str = "auto", draft_engine: str = "auto",
                  context: Optional[int] = None, device: Optional[str] = None, backend: str = "torch",
                  linear_kernel: str = "auto", threads: Optional[int] = None,
-                 skip_losing_drafts: bool = True) -> None:
+                 skip_losing_drafts: bool = True, candidate_trees: bool = True) -> None:
         self._load(target, draft, GeneratorOptions.of(
             drafter=drafter, draft_length=draft_length, num_draft_tokens=num_draft_tokens,
             confidence_threshold=confidence_threshold, sampled_drafts=sampled_drafts, draft_window=draft_window,
             weights=weights, draft_weights=draft_weights, dtype=dtype, engine=engine, draft_engine=draft_engine,
             context=context, device=device, backend=backend, linear_kernel=linear_kernel, threads=threads,
-            skip_losing_drafts=skip_losing_drafts))
+            skip_losing_drafts=skip_losing_drafts, candidate_trees=candidate_trees))
 
     @classmethod
     def from_options(cls, target: ModelSpec, draft: Optional[ModelSpec], options: GeneratorOptions) -> AnyPairGenerator:
@@ -357,7 +361,7 @@ class AnyPairGenerator:
         constraint = self._constraint(request)
         decode_request = DecodeRequest(target_ids, request.max_new_tokens, eos_ids, request.stop_strings, draft_request,
                                        drafting_skipped=decision.skip_note(), top_logprobs=request.logprobs,
-                                       constraint=constraint)
+                                       constraint=constraint, candidate_trees=self.options.candidate_trees)
         session = DecodeSession(self.target_backend.sequence(slot), self.target.tokenizer, drafter,
                                 self._verifier(plan.verifier, sampling, noise), policy, decode_request)
         entry = _LedgerEntry(ledger, decision) if ledger is not None and decision.draft else None

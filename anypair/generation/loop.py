@@ -75,6 +75,9 @@ class DecodeRequest:
     # a grammar the emitted tokens follow (structured output): its mask is applied to the target's
     # logits before the verifier chooses, as the target alone applies it (`verifiers.constraints`)
     constraint: Optional[TokenConstraint] = None
+    # the drafter may add alternatives to a proposal (a tree, scored in the same forward) where the
+    # target's engine scores trees; False: chains only
+    candidate_trees: bool = False
 
 
 @dataclass
@@ -90,6 +93,7 @@ class TargetCall:
     ids: list[int]
     all_logits: bool
     prefill: bool = False
+    parents: Optional[list[int]] = None  # a tree of candidates: each row's parent row (`SequenceRows`)
     charged_seconds: float = 0.0
     batch_size: int = 1
     rows: int = 0
@@ -225,6 +229,8 @@ class DecodeSession:
     def _checked(self, proposal: Optional[Proposal], budget: DraftBudget) -> Proposal:
         if proposal is None:
             return Proposal([])
+        if proposal.parents is not None and budget.branch_confidence is None:
+            proposal = proposal.main_chain()  # a tree where none was asked for: its main chain
         if len(proposal) > budget.max_target_tokens:
             proposal = proposal.truncated(budget.max_target_tokens)
         outside = [t for t in proposal.target_ids if not 0 <= t < self._n_real]
@@ -281,12 +287,13 @@ class DecodeSession:
         constraint = self.request.constraint
         if constraint is not None and len(proposal):
             # a token the grammar rejects can never be the target's: the proposal ends before it
-            proposal = proposal.truncated(constraint.allowed_prefix(proposal.target_ids))
+            chain = proposal.main_chain()
+            proposal = chain.truncated(constraint.allowed_prefix(chain.target_ids))
         t1 = time.perf_counter()
         self.record.proposed(t1 - t0, proposal)
         outcome, raw_scores, verify_s = yield from self._verify(proposal, budget)
-        new_target_ids = list(proposal.target_ids[: outcome.n_accepted]) + [outcome.next_target_id]
-        self._record_logprobs(raw_scores, new_target_ids)
+        new_target_ids = outcome.accepted_ids(proposal) + [outcome.next_target_id]
+        self._record_logprobs(raw_scores[outcome.scored_rows()], new_target_ids)
         if constraint is not None:
             constraint.commit(new_target_ids)
         self.record.committed(proposal, outcome)
@@ -318,7 +325,8 @@ class DecodeSession:
             self.record.drafter_work(time.perf_counter() - t0)
         if not self.drafter_off:
             self.record.budgeted(length, self.draft_cap_reason if capped else None)
-        return DraftBudget(length, room, self.policy.stop_confidence())
+        trees = self.request.candidate_trees and self.request.constraint is None and self.target.engine.scores_trees
+        return DraftBudget(length, room, self.policy.stop_confidence(), self.policy.branch_confidence() if trees else None)
 
     def _verify(self, proposal: Proposal, budget: DraftBudget
                 ) -> Generator[Step, Optional[torch.Tensor], tuple[VerifyOutcome, torch.Tensor, float]]:
@@ -328,7 +336,7 @@ class DecodeSession:
         constraint = self.request.constraint
         t1 = time.perf_counter()
         cached = self.target.cached_length
-        call = TargetCall([self._last_target_id, *proposal.target_ids], all_logits=True)
+        call = TargetCall([self._last_target_id, *proposal.target_ids], all_logits=True, parents=proposal.row_parents())
         scores = yield call
         # what the call cost this request: its own time alone, its share of a shared call
         outside = call.charged_seconds - (time.perf_counter() - t1)
@@ -337,7 +345,10 @@ class DecodeSession:
         if constraint is not None:
             constraint.mask_rows(scores, proposal.target_ids)
         outcome = self.verifier.verify(scores, proposal)
-        self.target.crop(cached + 1 + outcome.n_accepted)
+        if proposal.parents is not None:
+            self.target.keep_path(outcome.scored_rows())
+        else:
+            self.target.crop(cached + 1 + outcome.n_accepted)
         verify_s = time.perf_counter() + outside - t1
         undrafted_in_a_batch = call.batch_size > 1 and budget.max_draft_steps == 0 and not self.drafter_off
         self.record.verified(verify_s, call.batch_size, call.rows or len(call.ids), undrafted_in_a_batch)

@@ -75,12 +75,16 @@ class GeneratorOptions:
     threads: Optional[int] = None
     # remember across requests whether drafting paid, and run the target alone while it has not
     skip_losing_drafts: bool = True
+    # where the target's engine scores trees (gguf): the draft's next choices where it stopped are
+    # verified beside its proposal in the same forward
+    candidate_trees: bool = True
 
     def __post_init__(self) -> None:
         from anypair.backends.weights import parse_weights
 
-        if not isinstance(self.skip_losing_drafts, bool):
-            raise InputError(f"skip_losing_drafts must be True or False, got {self.skip_losing_drafts!r}")
+        for name in ("skip_losing_drafts", "candidate_trees"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"{name} must be True or False, got {getattr(self, name)!r}")
         check_options(self.num_draft_tokens, self.confidence_threshold, self.threads, self.draft_window)
         check_choices(self.drafter, self.draft_length, self.sampled_drafts)
         check_member_options(self.engine, self.draft_engine, self.backend, self.linear_kernel, self.context,

@@ -49,6 +49,11 @@ it paused: that read is the price of having paused, not of drafting from here on
 A small draft is often right with little confidence on text the target writes (code boilerplate
 in another model's style), so the advice is calibrated online (`ConfidenceCalibration`).
 
+Where the target's engine scores a tree of candidates in one forward, the drafter may add the
+draft's next choices where it stopped (its logits there are computed already): such an alternative
+costs no draft step, only its row, so its advice (`branch_confidence`) is the verification slope
+over a target step, calibrated the same way.
+
 ## ProbeSchedule
 
 While a policy has paused drafting (length 0), one round now and then drafts anyway (a probe), so the
@@ -121,6 +126,8 @@ PROBE_BUDGET = 0.05
 LONGEST_PROBE_WAIT = 16
 #: the draft steps of a probe of the confidence-stopped policy (it drafts up to its cap otherwise)
 PROBE_DRAFT_STEPS = 4
+#: the advice for alternatives before a request's costs are measured (a row at ~5% of a step)
+PRIOR_BRANCH_CONFIDENCE = 0.05
 
 
 class ProbeSchedule:
@@ -294,6 +301,15 @@ class ConfidenceStopLength(DraftLengthPolicy):
         token_cost = draft_step + self.costs.verify_slope()
         return min(0.9, max(0.03, token_cost / token_value / self.calibration.ratio))
 
+    def branch_confidence(self) -> Optional[float]:
+        """An alternative the draft already scored (its second choice where it stopped) costs no
+        draft step, only its row in the verification: worth it where its chance times a target step
+        beats that row's cost."""
+        if not self.costs.known:
+            return PRIOR_BRANCH_CONFIDENCE
+        row_cost = self.costs.verify_slope()
+        return min(0.9, max(0.01, row_cost / self.costs.verify(1) / self.calibration.ratio))
+
     def update(self, feedback: RoundFeedback) -> None:
         probed = self.paused and self.probes.record_paused_round()
         self.costs.observe(feedback)
@@ -351,6 +367,9 @@ class AdaptiveLength(DraftLengthPolicy):
 
     def stop_confidence(self) -> float:
         return self.active.stop_confidence()
+
+    def branch_confidence(self) -> Optional[float]:
+        return self.active.branch_confidence()
 
     def update(self, feedback: RoundFeedback) -> None:
         self.active.update(feedback)

@@ -7,6 +7,7 @@ A policy's state changes only in `update()` (after each round) and `reset()` (ne
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Optional
 
 from anypair.types import RoundFeedback
 
@@ -22,6 +23,12 @@ class DraftLengthPolicy(ABC):
         """Advice for drafters that stop by their own confidence: end the round once the chance that
         the whole proposal is right falls below this (0: no advice)."""
         return 0.0
+
+    def branch_confidence(self) -> Optional[float]:
+        """Advice for drafters that can add alternatives to their proposal (a tree of candidates,
+        verified in the same forward): add one whose chance of being the target's is at least this.
+        None (the default): chains only."""
+        return None
 
     def update(self, feedback: RoundFeedback) -> None:
         """Learn from the round just verified (called once after every round but the last)."""

@@ -10,7 +10,7 @@ d_j = x_{n+j-1}; at the first j where it is not, the target's x_{n+j-1} is emitt
 round ends; when all k are accepted, x_{n+k} (the bonus token) is emitted too. So every emitted token
 is the target's own keyed sample: the text equals what the target alone writes with the same seed,
 whatever was proposed and however the proposal was made (a draft's distributions, its confidence
-stop, a lookup, nothing at all). A proposal is kept with the target's probability of it when the
+stop, a lookup, nothing at all; a tree of candidates, where each row's x picks the child followed). A proposal is kept with the target's probability of it when the
 draft's guess is independent of the noise (p(d) for a greedy draft: what rejection sampling keeps
 of a point mass), and more often when the draft reads the same noise (`sample_draft_token`).
 """
@@ -23,7 +23,7 @@ import torch
 from anypair.sampling.keyed import PositionNoise, draw_request_key, keyed_sample
 from anypair.sampling.warping import make_generator, warp_logits
 from anypair.types import Proposal, SamplingConfig, VerifyOutcome
-from anypair.verifiers.base import Verifier
+from anypair.verifiers.base import Verifier, walk_tree
 
 
 class SamplingVerifier(Verifier):
@@ -60,6 +60,10 @@ class SamplingVerifier(Verifier):
             raise ValueError(
                 f"target logits must have shape [{n + 1}, V] for a proposal of {n} tokens, got {tuple(target_logits.shape)}"
             )
+        if proposal.parents is not None:  # a tree: the child holding the target's keyed sample, row after row
+            outcome = walk_tree(proposal, lambda row, depth: self.target_sample(target_logits[row], self.position + depth))
+            self.position += outcome.n_accepted + 1
+            return outcome
         # rows are warped one at a time, only as far as the first disagreement: a top-p sort of a
         # 150k-row vocabulary costs more than the rest of the round's bookkeeping
         for offset, proposed_id in enumerate(proposal.target_ids):
