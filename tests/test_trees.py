@@ -103,3 +103,73 @@ def test_an_engine_of_chains_refuses_a_tree():
 
     with pytest.raises(InputError, match="chains only"):
         Chains().forward_rows([SequenceRows(0, [1, 2], "all", [-1, 0])])
+
+
+# -- a tree's round: proposal, verifiers, the loop -------------------------------------------------
+
+def test_chains_merge_into_a_tree_with_the_main_chain_first():
+    from anypair.drafters.model import merge_chains
+
+    ids, parents = merge_chains([[5, 6, 7], [5, 6, 9, 4], [8], [5, 6, 7]])
+    assert ids == [5, 6, 7, 9, 4, 8] and parents == [-1, 0, 1, 1, 3, -1]
+    assert merge_chains([[1, 2], [1, 2, 3]]) == ([1, 2, 3], [-1, 0, 1])  # a longer chain: still a chain
+
+
+def test_a_tree_proposal_knows_its_main_chain_rows_and_truncation():
+    from anypair.types import Proposal
+
+    tree = Proposal([5, 6, 7, 9, 8], parents=(-1, 0, 1, 1, -1))
+    assert tree.chain_length == 3 and tree.main_chain() == Proposal([5, 6, 7])
+    assert tree.row_parents() == [-1, 0, 1, 2, 2, 0]
+    assert tree.truncated(4).parents == (-1, 0, 1, 1) and tree.truncated(2).parents is None
+    assert Proposal([1, 2]).row_parents() is None and Proposal([1, 2]).chain_length == 2
+
+
+def _rows_choosing(choices, vocab=20):
+    logits = torch.zeros(len(choices), vocab)
+    for row, token in enumerate(choices):
+        logits[row, token] = 1.0
+    return logits
+
+
+def test_greedy_tree_verification_follows_the_targets_choices_into_a_branch():
+    from anypair.types import Proposal
+    from anypair.verifiers.greedy import GreedyVerifier
+
+    tree = Proposal([5, 6, 7, 9, 4, 8], parents=(-1, 0, 1, 1, 3, -1))
+    # rows: root, 5, 6, 7, 9, 4, 8; the target writes 5, 6, 9, 4, then 11
+    logits = _rows_choosing([5, 6, 9, 0, 4, 11, 0])
+    outcome = GreedyVerifier().verify(logits, tree)
+    assert outcome.path == (0, 1, 3, 4) and outcome.next_target_id == 11 and outcome.n_accepted == 4
+    assert outcome.accepted_ids(tree) == [5, 6, 9, 4] and outcome.scored_rows() == [0, 1, 2, 4, 5]
+    # the root's choice is the other root child
+    outcome = GreedyVerifier().verify(_rows_choosing([8, 0, 0, 0, 0, 0, 3]), tree)
+    assert outcome.path == (5,) and outcome.next_target_id == 3
+
+
+def test_keyed_sampling_on_a_tree_emits_the_targets_own_samples():
+    """The keyed verifier on a tree whose branch holds the target's samples emits what it emits on
+    a chain of those samples (the text is the target's own with that seed), and its position moves
+    by the tokens emitted."""
+    from anypair.types import Proposal, SamplingConfig
+    from anypair.verifiers.sampling import SamplingVerifier
+
+    cfg = SamplingConfig(do_sample=True, temperature=1.0, seed=7)
+    logits = torch.randn(6, 30, generator=torch.Generator().manual_seed(3))
+
+    def fresh():
+        verifier = SamplingVerifier(cfg)
+        verifier.first_token(logits[0])
+        return verifier
+
+    probe = fresh()
+    samples = [probe.target_sample(logits[0], 1), probe.target_sample(logits[1], 2), probe.target_sample(logits[2], 3)]
+    chain = fresh().verify(logits[:3], Proposal(samples[:2]))
+    wrong = (samples[1] + 1) % 30
+    tree = Proposal([samples[0], wrong, samples[1]], parents=(-1, 0, 0))  # rows: root, s0, wrong, s1
+    verifier = fresh()
+    outcome = verifier.verify(torch.stack([logits[0], logits[1], logits[5], logits[2]]), tree)
+    assert outcome.accepted_ids(tree) == samples[:2] and outcome.next_target_id == chain.next_target_id
+    assert verifier.position == 1 + 3
+
+

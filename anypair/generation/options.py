@@ -82,9 +82,9 @@ class GeneratorOptions:
     def __post_init__(self) -> None:
         from anypair.backends.weights import parse_weights
 
-        for name in ("skip_losing_drafts", "candidate_trees"):
-            if not isinstance(getattr(self, name), bool):
-                raise InputError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        for name, value in (("skip_losing_drafts", self.skip_losing_drafts), ("candidate_trees", self.candidate_trees)):
+            if not isinstance(value, bool):
+                raise InputError(f"{name} must be True or False, got {value!r}")
         check_options(self.num_draft_tokens, self.confidence_threshold, self.threads, self.draft_window)
         check_choices(self.drafter, self.draft_length, self.sampled_drafts)
         check_member_options(self.engine, self.draft_engine, self.backend, self.linear_kernel, self.context,
