@@ -85,6 +85,9 @@ class Proposal:
     # alternatives come after. None: a chain. Scored in one forward, each token attending to its
     # ancestors only (`ModelBackend.scores_trees`)
     parents: Optional[tuple[int, ...]] = None
+    # a tree's main chain: its first this many tokens (what the drafter proposes alone: the policy's
+    # length and calibration count these); None: the leading tokens that each follow the one before
+    main_length: Optional[int] = None
 
     def __len__(self) -> int:
         return len(self.target_ids)
@@ -92,15 +95,18 @@ class Proposal:
     def truncated(self, n_tokens: int) -> Proposal:
         """The first `n_tokens` proposed tokens (a tree's: its main chain first), everything else kept."""
         parents = self.parents[:n_tokens] if self.parents is not None else None
-        if parents is not None and all(p == i - 1 for i, p in enumerate(parents)):
-            parents = None  # what is left is a chain
-        return replace(self, target_ids=self.target_ids[:n_tokens], parents=parents)
+        main = min(self.main_length, n_tokens) if self.main_length is not None else None
+        if parents is not None and all(p == i - 1 for i, p in enumerate(parents)) and main in (None, len(parents)):
+            parents = main = None  # what is left is a chain
+        return replace(self, target_ids=self.target_ids[:n_tokens], parents=parents, main_length=main)
 
     @property
     def chain_length(self) -> int:
         """Tokens of the main chain (all of a chain's)."""
         if self.parents is None:
             return len(self.target_ids)
+        if self.main_length is not None:
+            return self.main_length
         return next((i for i, p in enumerate(self.parents) if p != i - 1), len(self.parents))
 
     def main_chain(self) -> Proposal:

@@ -287,7 +287,12 @@ class ModelDrafter(Drafter):
         if self.same_vocabulary:
             return self._as_tree([ids[:max_target_tokens] for ids in drafts], sure_so_far)
         started = time.perf_counter()
-        chains = [self._translate(ids, finished and ids is new_ids, max_target_tokens) for ids in drafts]
+        # the main chain without the target token its text may still change (a longer draft text
+        # could merge into it), then as a branch with it; the alternatives likewise whole: a branch
+        # ends the round's text, and a token the target would have written longer costs a row only
+        chains = [self._translate(new_ids, finished, max_target_tokens)]
+        if budget.branch_confidence is not None:
+            chains += [self._translate(ids, True, max_target_tokens) for ids in drafts]
         return self._as_tree(chains, sure_so_far, translate_seconds=time.perf_counter() - started)
 
     def _as_tree(self, chains: list[list[int]], confidence: float, translate_seconds: float = 0.0) -> Proposal:
@@ -295,8 +300,8 @@ class ModelDrafter(Drafter):
         when the others add nothing to it."""
         target_ids, parents = merge_chains(chains)
         proposal = self._proposal(target_ids, confidence, translate_seconds)
-        if any(p != i - 1 for i, p in enumerate(parents)):
-            proposal = replace(proposal, parents=tuple(parents))
+        if len(target_ids) > len(chains[0]):
+            proposal = replace(proposal, parents=tuple(parents), main_length=len(chains[0]))
         return proposal
 
     def _translate(self, new_draft_ids: list[int], finished: bool, max_target_tokens: int) -> list[int]:
