@@ -21,6 +21,10 @@ Glossary (one name per concept):
 - *prefill*: reading the prompt into the KV cache (the session's first `TargetCall`); the draft's
   prompt read is its first `DraftCall`'s feed.
 - *round*: one proposal, verified in one target forward, and the tokens it commits.
+- *tree* (of candidates): a proposal whose tokens branch (`Proposal.parents`): its main chain, what
+  the policy's length and calibration count, and alternatives (the draft's second choices, the
+  held-back last token), all scored in the same forward, each row attending to its own ancestors
+  (`SequenceRows.parents`), bitwise its chain's; the verifier follows the target's choices down it.
 - *draft length*: the draft steps a round may run (the policy's `next_length()`); 0 drafts nothing.
 - *verification slope*: what each extra row of a target forward adds, as a share of a one-row step
   (the engine's declared figure is its cost model's prior, `EngineCosts.relative_slope`).

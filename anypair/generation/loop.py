@@ -8,6 +8,11 @@ what was kept; the drafter learns what was committed and the policy gets the rou
 target's vocabulary, or keeps proposing nothing, the loop goes on with the target alone (the
 output is the same, only slower) and the statistics say why.
 
+A proposal may be a tree of candidates (`Proposal.parents`; asked for by `DraftBudget.branch_confidence`
+where the target's engine scores trees and the request has no grammar): its rows go in the same one
+forward, each attending to its own ancestors; the verifier walks it (`verifiers.base.walk_tree`) and
+the target's cache keeps the accepted path (`Slot.keep_path`).
+
 A request may carry a grammar (`DecodeRequest.constraint`, structured output): a proposal is cut at
 the first token it rejects, and every row of the target's logits is masked in the grammar's state
 at that row's position before the verifier chooses, as the target alone masks it; and may ask for
