@@ -212,7 +212,8 @@ def test_an_unknown_shape_is_one_line_with_advice_and_exit_2(capsys):
         assert err.count("\n") == 0 and "unknown seed shape 'gemma-9'" in err and "seed-gguf --list" in err
 
 
-def test_bench_target_shape_measures_both_engines_and_plots(small_files, tmp_path):
+@pytest.mark.parametrize("one_at_a_time", [False, True])
+def test_bench_target_shape_measures_both_engines_and_plots(small_files, tmp_path, one_at_a_time):
     pytest.importorskip("llama_cpp", reason="llama.cpp is optional (`anypair install llama.cpp`)")
     pytest.importorskip("matplotlib")
     from anypair.benchmarking import seed_bench
@@ -221,8 +222,11 @@ def test_bench_target_shape_measures_both_engines_and_plots(small_files, tmp_pat
     shape = SMALL["codellama-13b"]
     with pytest.MonkeyPatch.context() as patch:  # the small file written above stands in for the cache
         patch.setattr(seed_writer, "seed_gguf", lambda s, progress=True: small_files["codellama-13b"])
+        if one_at_a_time:
+            patch.setattr(seed_bench, "engine_groups", lambda shape, available: [("gguf",), ("llama.cpp",)])
         result = seed_bench.run_seed_bench(shape, contexts=(40,), ks=(1, 2, 4), prefill_tokens=48, repeats=2,
                                            load_repeats=1, progress=False)
+    assert ("one after the other" in result["settings"]["engines_timed"]) == one_at_a_time
     assert set(result["load"]) == set(result["prefill"]) == {"gguf", "llama.cpp"}
     for engine, load in result["load"].items():
         assert 0 < load["load_s"] <= load["first_logits_s"] and load["peak_rss_GB"] > 0
@@ -290,5 +294,15 @@ def test_a_bench_that_cannot_fit_in_memory_is_refused_before_anything_loads(monk
     widened = memory_needed(phi) - 2.91 * seed_shapes.file_size(phi)  # Q5_K attn_qkv as F32 on the gguf engine
     assert 5.0e9 < widened < 5.4e9, widened
     monkeypatch.setattr(machine, "available_memory", lambda: 10 << 20)
-    with pytest.raises(InputError, match=r"needs ~.* GB of memory and 0\.0 GB is available"):
+    with pytest.raises(InputError, match=r"needs ~.* GB of memory for one engine and 0\.0 GB is available"):
         run_seed_bench(SMALL["codellama-13b"], progress=False)  # refused before the file is even looked for
+
+
+def test_engines_that_fit_only_one_at_a_time_are_timed_one_after_the_other():
+    """CodeLlama-13B's file is 7.9 GB: both engines at once need ~23 GB, each alone 9-14 GB."""
+    from anypair.benchmarking.seed_bench import engine_groups, memory_needed
+
+    code = SHAPES["codellama-13b"]
+    assert engine_groups(code, None) == engine_groups(code, 64 << 30) == [("gguf", "llama.cpp")]
+    assert memory_needed(code) > 22e9
+    assert engine_groups(code, int(22e9)) == [("gguf",), ("llama.cpp",)]

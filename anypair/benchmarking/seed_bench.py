@@ -12,6 +12,7 @@ costs are real, and the JSON says so.
 """
 from __future__ import annotations
 
+import gc
 import json
 import resource
 import statistics
@@ -128,8 +129,8 @@ def measure_prefill(backends: dict, ids: Sequence[int], repeats: int, progress: 
 RESIDENT_PER_FILE_BYTE = {GGUF: 1.16, LLAMA_CPP: 1.75}
 
 
-def memory_needed(shape) -> int:
-    """Bytes both engines hold at once while the steps are timed: each one's measured share of the
+def memory_needed(shape, engines: Sequence[str] = (GGUF, LLAMA_CPP)) -> int:
+    """Bytes `engines` hold at once while the steps are timed: each one's measured share of the
     file, plus the F32 copy the gguf engine makes of every matrix of a type it has no kernel for
     (phi3's Q5_K attn_qkv: 5.2 GB at Phi-3-medium's shape)."""
     from anypair.kernels.ops import NATIVE_TYPES
@@ -139,7 +140,23 @@ def memory_needed(shape) -> int:
     size = sum(t.nbytes for t in plan)
     widened = sum(4 * t.shape[0] * t.shape[1] - t.nbytes for t in plan
                   if t.type_name != "F32" and t.type_name not in NATIVE_TYPES.values())
-    return int(size * sum(RESIDENT_PER_FILE_BYTE.values()) + widened)
+    return int(size * sum(RESIDENT_PER_FILE_BYTE[e] for e in engines) + (widened if GGUF in engines else 0))
+
+
+def engine_groups(shape, available: Optional[int]) -> list[tuple[str, ...]]:
+    """Which engines are loaded together for the step costs: both (interleaved, the fair comparison)
+    where both fit in `available` bytes, else each alone in turn; a one-line error where even one
+    does not fit (before the machine swaps or kills something)."""
+    from anypair.errors import InputError
+
+    needed = memory_needed(shape)
+    if not available or needed <= available:
+        return [(GGUF, LLAMA_CPP)]
+    alone = max(memory_needed(shape, (engine,)) for engine in (GGUF, LLAMA_CPP))
+    if alone > available:
+        raise InputError(f"timing {shape.name} needs ~{alone / 1e9:.1f} GB of memory for one engine and "
+                         f"{available / 1e9:.1f} GB is available: free memory, or run it on a larger machine")
+    return [(GGUF,), (LLAMA_CPP,)]
 
 
 def read_floors(backend, ceilings, contexts: Sequence[int], ks: Sequence[int]) -> dict:
@@ -177,11 +194,11 @@ def run_seed_bench(shape, *, contexts: Sequence[int] = (300, 4000), ks: Sequence
     from anypair.zoo.seed_writer import seed_gguf
 
     shape = resolve_shape(shape) if isinstance(shape, str) else shape
-    needed, available = memory_needed(shape), available_memory()
-    if available and needed > available:  # refused in a line, before the machine swaps or kills something
-        raise InputError(f"timing {shape.name} on both engines at once needs ~{needed / 1e9:.1f} GB of memory and "
-                         f"{available / 1e9:.1f} GB is available: free memory, or run it on a larger machine")
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda text: None)
+    groups = engine_groups(shape, available_memory())
+    if len(groups) > 1:
+        say(f"both engines at once need ~{memory_needed(shape) / 1e9:.1f} GB: each is loaded alone, one after the "
+            "other (its steps timed alone, not interleaved with the other's)")
     torch.set_num_threads(threads)
     path = seed_gguf(shape, progress=progress)
     context = max(max(contexts) + max(ks), prefill_tokens) + 64
@@ -192,21 +209,28 @@ def run_seed_bench(shape, *, contexts: Sequence[int] = (300, 4000), ks: Sequence
     say(f"{shape.name}: {path} ({path.stat().st_size / 1e9:.2f} GB, {RANDOM_WEIGHTS_NOTE})")
     say(f"loading each engine in a child process, {load_repeats} time(s), alternating")
     loads = measure_loads(path, engines, threads, context, load_repeats, progress)
-    say("loading both engines here for the step costs")
-    backends = {engine: _open_engine(engine, path, threads, context) for engine in engines}
-    # the weights are random: which ids are read changes nothing but the embedding rows fetched
-    ids = [int(i) for i in np.random.default_rng(0).integers(0, shape.vocab, size=max(prefill_tokens, 64))]
-    steps: dict = {}
-    for ctx in contexts:
-        say(f"k-token steps at context {ctx} (k = {', '.join(map(str, ks))}; {repeats} timed calls each, medians)")
-        table = verification_costs_by_context(backends, ids, [ctx], ks, repeats)[ctx]
-        steps[str(ctx)] = {name: {str(k): round(v, 1) for k, v in costs.items()} for name, costs in table.items()}
-        for name, costs in steps[str(ctx)].items():
-            say(f"  {name}: " + ", ".join(f"k={k} {ms:.0f} ms" for k, ms in costs.items()))
-    say(f"prefill of {prefill_tokens} tokens")
-    prefill = measure_prefill(backends, ids[:prefill_tokens], prefill_repeats, progress) if prefill_tokens else {}
     say("the machine's ceilings (read bandwidth, int8 peak) for the roofline's floor")
     ceilings = Ceilings.measure(threads)
+    # the weights are random: which ids are read changes nothing but the embedding rows fetched
+    ids = [int(i) for i in np.random.default_rng(0).integers(0, shape.vocab, size=max(prefill_tokens, 64))]
+    steps: dict = {str(ctx): {} for ctx in contexts}
+    prefill: dict = {}
+    for group in groups:
+        say(f"loading {' and '.join(group)} here for the step costs")
+        backends = {engine: _open_engine(engine, path, threads, context) for engine in group}
+        for ctx in contexts:
+            say(f"k-token steps at context {ctx} (k = {', '.join(map(str, ks))}; {repeats} timed calls each, medians)")
+            table = verification_costs_by_context(backends, ids, [ctx], ks, repeats)[ctx]
+            for name, costs in table.items():
+                steps[str(ctx)][name] = {str(k): round(v, 1) for k, v in costs.items()}
+                say(f"  {name}: " + ", ".join(f"k={k} {ms:.0f} ms" for k, ms in steps[str(ctx)][name].items()))
+        if prefill_tokens:
+            say(f"prefill of {prefill_tokens} tokens")
+            prefill.update(measure_prefill(backends, ids[:prefill_tokens], prefill_repeats, progress))
+        if GGUF in backends:
+            floors = read_floors(backends[GGUF], ceilings, contexts, ks)
+        backends.clear()  # this group's weights are freed before the next group loads
+        gc.collect()
     return {"what": f"anypair bench --target-shape {shape.name}: the gguf engine beside llama.cpp on one file; "
                     + RANDOM_WEIGHTS_NOTE,
             "shape": {**dataclasses.asdict(shape), "extra": dict(shape.extra), "file": str(path),
@@ -214,8 +238,9 @@ def run_seed_bench(shape, *, contexts: Sequence[int] = (300, 4000), ks: Sequence
             "machine": describe_machine(), "cpu": machine_description()["cpu"], "threads": threads,
             "settings": {"contexts": list(contexts), "ks": list(ks), "repeats": repeats, "load_repeats": load_repeats,
                          "prefill_tokens": prefill_tokens, "prefill_repeats": prefill_repeats,
-                         "engine_context": context},
-            "load": loads, "step_ms": steps, "read_floor_ms": read_floors(backends[GGUF], ceilings, contexts, ks),
+                         "engine_context": context, "engines_timed": "together, interleaved" if len(groups) == 1
+                         else "one after the other, each alone in memory (both at once do not fit)"},
+            "load": loads, "step_ms": steps, "read_floor_ms": floors,
             "ceilings": roofline_json(ceilings, [])["ceilings"], "prefill": prefill}
 
 
