@@ -223,7 +223,7 @@ def test_bench_target_shape_measures_both_engines_and_plots(small_files, tmp_pat
     with pytest.MonkeyPatch.context() as patch:  # the small file written above stands in for the cache
         patch.setattr(seed_writer, "seed_gguf", lambda s, progress=True: small_files["codellama-13b"])
         if one_at_a_time:
-            patch.setattr(seed_bench, "engine_groups", lambda shape, available: [("gguf",), ("llama.cpp",)])
+            patch.setattr(seed_bench, "engine_groups", lambda shape, available, context=0: [("gguf",), ("llama.cpp",)])
         result = seed_bench.run_seed_bench(shape, contexts=(40,), ks=(1, 2, 4), prefill_tokens=48, repeats=2,
                                            load_repeats=1, progress=False)
     assert ("one after the other" in result["settings"]["engines_timed"]) == one_at_a_time
@@ -306,3 +306,6 @@ def test_engines_that_fit_only_one_at_a_time_are_timed_one_after_the_other():
     assert engine_groups(code, None) == engine_groups(code, 64 << 30) == [("gguf", "llama.cpp")]
     assert memory_needed(code) > 22e9
     assert engine_groups(code, int(22e9)) == [("gguf",), ("llama.cpp",)]
+    # its keys and values: 0.82 MB a position for each engine, 3.3 GB each at 4,000
+    assert 6.5e9 < memory_needed(code, context=4000) - memory_needed(code) < 6.7e9
+    assert engine_groups(code, int(24e9), context=4000) == [("gguf",), ("llama.cpp",)]

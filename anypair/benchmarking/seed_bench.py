@@ -142,10 +142,11 @@ def measure_prefill(backends: dict, ids: Sequence[int], repeats: int, progress: 
 RESIDENT_PER_FILE_BYTE = {GGUF: 1.16, LLAMA_CPP: 1.75}
 
 
-def memory_needed(shape, engines: Sequence[str] = (GGUF, LLAMA_CPP)) -> int:
+def memory_needed(shape, engines: Sequence[str] = (GGUF, LLAMA_CPP), context: int = 0) -> int:
     """Bytes `engines` hold at once while the steps are timed: each one's measured share of the
     file, plus the F32 copy the gguf engine makes of every matrix of a type it has no kernel for
-    (phi3's Q5_K attn_qkv: 5.2 GB at Phi-3-medium's shape)."""
+    (phi3's Q5_K attn_qkv: 5.2 GB at Phi-3-medium's shape), plus each one's fp16 keys and values for
+    `context` positions (CodeLlama-13B, no grouped KV: 3.3 GB each at 4,000)."""
     from anypair.kernels.ops import NATIVE_TYPES
     from anypair.zoo.seed_shapes import tensor_plan
 
@@ -153,19 +154,21 @@ def memory_needed(shape, engines: Sequence[str] = (GGUF, LLAMA_CPP)) -> int:
     size = sum(t.nbytes for t in plan)
     widened = sum(4 * t.shape[0] * t.shape[1] - t.nbytes for t in plan
                   if t.type_name != "F32" and t.type_name not in NATIVE_TYPES.values())
-    return int(size * sum(RESIDENT_PER_FILE_BYTE[e] for e in engines) + (widened if GGUF in engines else 0))
+    kv = 2 * 2 * shape.layers * shape.kv_heads * shape.head_dim * context * len(engines)
+    return int(size * sum(RESIDENT_PER_FILE_BYTE[e] for e in engines) + (widened if GGUF in engines else 0) + kv)
 
 
-def engine_groups(shape, available: Optional[int]) -> list[tuple[str, ...]]:
-    """Which engines are loaded together for the step costs: both (interleaved, the fair comparison)
-    where both fit in `available` bytes, else each alone in turn; a one-line error where even one
-    does not fit (before the machine swaps or kills something)."""
+def engine_groups(shape, available: Optional[int], context: int = 0) -> list[tuple[str, ...]]:
+    """Which engines are loaded together for the step costs (their caches holding `context`
+    positions): both (interleaved, the fair comparison) where both fit in `available` bytes, else
+    each alone in turn; a one-line error where even one does not fit (before the machine swaps or
+    kills something)."""
     from anypair.errors import InputError
 
-    needed = memory_needed(shape)
+    needed = memory_needed(shape, context=context)
     if not available or needed <= available:
         return [(GGUF, LLAMA_CPP)]
-    alone = max(memory_needed(shape, (engine,)) for engine in (GGUF, LLAMA_CPP))
+    alone = max(memory_needed(shape, (engine,), context) for engine in (GGUF, LLAMA_CPP))
     if alone > available:
         raise InputError(f"timing {shape.name} needs ~{alone / 1e9:.1f} GB of memory for one engine and "
                          f"{available / 1e9:.1f} GB is available: free memory, or run it on a larger machine")
@@ -208,10 +211,11 @@ def run_seed_bench(shape, *, contexts: Sequence[int] = (300, 4000), ks: Sequence
 
     shape = resolve_shape(shape) if isinstance(shape, str) else shape
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda text: None)
-    groups = engine_groups(shape, available_memory())
+    timed_context = max(max(contexts) + max(ks), prefill_tokens)
+    groups = engine_groups(shape, available_memory(), timed_context)
     if len(groups) > 1:
-        say(f"both engines at once need ~{memory_needed(shape) / 1e9:.1f} GB: each is loaded alone, one after the "
-            "other (its steps timed alone, not interleaved with the other's)")
+        say(f"both engines at once need ~{memory_needed(shape, context=timed_context) / 1e9:.1f} GB: each is loaded "
+            "alone, one after the other (its steps timed alone, not interleaved with the other's)")
     torch.set_num_threads(threads)
     path = seed_gguf(shape, progress=progress)
     context = max(max(contexts) + max(ks), prefill_tokens) + 64
