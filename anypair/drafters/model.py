@@ -292,9 +292,7 @@ class ModelDrafter(Drafter):
         # ends the round's text, and a token the target would have written longer costs a row only
         chains = [self._translate(new_ids, finished, max_target_tokens)]
         if budget.branch_confidence is not None:
-            # the held-back token is worth its row only where the whole chain before it is likely kept
-            whole = drafts if sure_so_far >= budget.branch_confidence else drafts[1:]
-            chains += [self._translate(ids, True, max_target_tokens) for ids in whole]
+            chains += [self._translate(ids, True, max_target_tokens) for ids in drafts]
         return self._as_tree(chains, sure_so_far, translate_seconds=time.perf_counter() - started)
 
     def _as_tree(self, chains: list[list[int]], confidence: float, translate_seconds: float = 0.0) -> Proposal:
