@@ -445,7 +445,7 @@ class QuantizedGGUFBackend(ModelBackend):
         tree = self._trees.pop(slot, None)
         if tree is None:
             raise ValueError(f"{self.name}: keep_path on slot {slot}, whose last forward was not a tree")
-        self._lengths[slot] = tree.keep(rows, self.layers, slot, self.layers[0].k_cache.dim() == 4)
+        self._lengths[slot] = tree.keep(rows, self.layers, slot)
 
     def extend_slot(self, slot: int, ids: Sequence[int], all_logits: bool) -> torch.Tensor:
         return self._extend(slot, ids, all_logits)

@@ -54,9 +54,9 @@ class ScoredTree:
     parents: list[int]
     kv: torch.Tensor
 
-    def keep(self, rows: Sequence[int], layers, slot: int, four_d: bool) -> int:
+    def keep(self, rows: Sequence[int], layers, slot: int) -> int:
         """Moves `rows` (root first, each the previous one's child) into positions start..; returns
-        the sequence's new length. `layers` are the engine's (their k_cache/v_cache)."""
+        the sequence's new length. `layers` are the engine's (caches [slots, kv_heads, positions, head_dim])."""
         rows = [int(r) for r in rows]
         if not rows or rows[0] != 0 or any(not 0 <= r < len(self.parents) or self.parents[r] != prev
                                            for prev, r in zip(rows, rows[1:])):
@@ -68,6 +68,6 @@ class ScoredTree:
             at = slice(self.start + first, self.start + len(rows))
             for index, layer in enumerate(layers):
                 k, v = (self.kv[index, moved, part].transpose(0, 1) for part in (0, 1))  # [kv_heads, n, head_dim]
-                (layer.k_cache[slot] if four_d else layer.k_cache)[:, at] = k
-                (layer.v_cache[slot] if four_d else layer.v_cache)[:, at] = v
+                layer.k_cache[slot, :, at] = k
+                layer.v_cache[slot, :, at] = v
         return self.start + len(rows)

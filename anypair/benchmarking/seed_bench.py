@@ -3,9 +3,9 @@
 
 What it measures, per engine: the load (its constructor, and the load plus a first token's logits,
 since llama.cpp maps the file lazily and pays for its pages on the first step), each in a child
-process of its own so that its peak RSS is its own, the file in the page cache for every load; the k-token step at each context
-(`costs.verification_costs_by_context`: both engines loaded at once, interleaved per context,
-medians); the prompt read (prefill) of N tokens, engines alternating; and, from the roofline's
+process of its own so that its peak RSS is its own, the file in the page cache for every load; the
+k-token step at each context (`costs.verification_costs_by_context`: both engines loaded at once,
+interleaved per context, medians; where both do not fit in memory, each alone, one after the other); the prompt read (prefill) of N tokens, engines alternating; and, from the roofline's
 ceilings (`roofline.Ceilings`, `roofline.step_bytes_and_macs`), the floor of each step on this
 machine. The weights are random, so the text is meaningless and no token is checked: only the
 costs are real, and the JSON says so.
@@ -71,8 +71,7 @@ def measure_loads(path: Path, engines: Sequence[str], threads: int, context: int
     the cache written) and the later rounds read the cache: reported apart as "first" and "cached".
 
     The file is read through once beforehand (untimed), so every load finds it in the page cache: a
-    cold read from disk would otherwise fall on whichever engine loads first (the gguf engine's first
-    load of gemma-2-9b took 11.3 s after a cold start and 4-5 s with the file cached)."""
+    cold read from disk would otherwise fall on whichever engine loads first."""
     from anypair.kernels.packed_cache import cache_path
 
     if GGUF in engines:
@@ -218,7 +217,7 @@ def run_seed_bench(shape, *, contexts: Sequence[int] = (300, 4000), ks: Sequence
             "alone, one after the other (its steps timed alone, not interleaved with the other's)")
     torch.set_num_threads(threads)
     path = seed_gguf(shape, progress=progress)
-    context = max(max(contexts) + max(ks), prefill_tokens) + 64
+    context = timed_context + 64
     failure = probe_failure(path, threads)
     if failure is not None:
         raise InputError(f"llama.cpp cannot run {path.name} here, so there is nothing to compare with: {failure}")

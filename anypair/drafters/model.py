@@ -118,7 +118,6 @@ class ModelDrafter(Drafter):
         self._proposed_draft_ids: list[int] = []
         self._step_seconds: Optional[float] = None
         self._catch_up_seconds = 0.0  # this round's reading of tokens committed while it did not draft
-        self._runner_up: Optional[tuple[int, float]] = None  # the last pick's second choice and its probability
         # logits rows the draft may pick: its real tokens, minus padded rows
         self._n_real = min(draft_tok.vocab_size, self.slot.vocab_size)
         self._draft_eos = frozenset(draft_tok.eos_ids)
@@ -210,9 +209,11 @@ class ModelDrafter(Drafter):
                 self._healing_masks[prefix] = allowed
         return allowed
 
-    def _pick(self, logits: torch.Tensor, threshold: float, must_start_with: bytes = b"") -> tuple[int, float]:
-        """The draft's greedy choice among its real tokens and its confidence in it (computed only
-        when a stop `threshold` needs it)."""
+    def _pick(self, logits: torch.Tensor, threshold: float, must_start_with: bytes = b"",
+              runner_up: bool = False) -> tuple[int, float, Optional[tuple[int, float]]]:
+        """The draft's greedy choice among its real tokens, its confidence in it (computed only when
+        a stop `threshold` needs it) and, when asked (`runner_up`, with a threshold), its second
+        choice and that one's probability (None for an end token)."""
         logits = logits[: self._n_real]
         if must_start_with:
             allowed = self._tokens_starting_with(must_start_with)
@@ -224,17 +225,15 @@ class ModelDrafter(Drafter):
             logits = logits.clone()
             logits[self._banned[self._banned < self._n_real]] = float("-inf")
         token = int(logits.argmax())
-        self._runner_up = None
-        if threshold > 0:
-            probs = torch.softmax(logits, dim=-1)
-            confidence = float(probs[token])
-            probs[token] = 0.0
-            runner_up = int(probs.argmax())
-            if runner_up not in self._draft_eos:
-                self._runner_up = (runner_up, float(probs[runner_up]))
-        else:
-            confidence = 1.0
-        return token, confidence
+        if threshold <= 0:
+            return token, 1.0, None
+        probs = torch.softmax(logits, dim=-1)
+        confidence = float(probs[token])
+        if not runner_up:
+            return token, confidence, None
+        probs[token] = 0.0
+        second = int(probs.argmax())
+        return token, confidence, None if second in self._draft_eos else (second, float(probs[second]))
 
     def propose(self, budget: DraftBudget) -> Proposal:
         """`propose_steps` with each draft forward run at once on this drafter's slot (by hand)."""
@@ -253,8 +252,10 @@ class ModelDrafter(Drafter):
             return (yield from self._propose_sampled(max_draft_steps, max_target_tokens, threshold))
         new_ids: list[int] = []
         finished = False
-        # the draft's other choices it scored: (tokens of the proposal before it, token, chance it is right)
+        # the draft's other choices it scored, where the budget asks for a tree: (tokens of the
+        # proposal before it, token, chance it is right)
         branches: list[tuple[int, int, float]] = []
+        wants_branches = budget.branch_confidence is not None
         heal = self.sync.pending if self.token_healing else b""
         # the draft's probability that its whole proposal so far is right: a token that would take
         # it below the threshold is worth less than the verification it costs, so it is left out
@@ -266,14 +267,16 @@ class ModelDrafter(Drafter):
         for step in range(max_draft_steps + (1 if heal else 0)):
             logits = yield from self._next_logits()
             healing_step = step == 0 and bool(heal)
-            token, confidence = self._pick(logits, threshold, heal if healing_step else b"")
+            token, confidence, second = self._pick(logits, threshold, heal if healing_step else b"",
+                                                   runner_up=wants_branches and not healing_step)
             if token in self._draft_eos:
                 finished = True
                 break
-            if self._runner_up is not None and not healing_step:  # the draft's second choice here, and its chance
-                branches.append((len(new_ids), self._runner_up[0], sure_so_far * self._runner_up[1]))
+            if second is not None:  # the draft's second choice here, and its chance
+                branches.append((len(new_ids), second[0], sure_so_far * second[1]))
             if threshold > 0 and sure_so_far * confidence < threshold and len(new_ids) >= must_write:
-                branches.append((len(new_ids), token, sure_so_far * confidence))  # its first choice where it stopped
+                if wants_branches:  # its first choice where it stopped
+                    branches.append((len(new_ids), token, sure_so_far * confidence))
                 break
             sure_so_far *= confidence
             new_ids.append(token)
@@ -281,18 +284,21 @@ class ModelDrafter(Drafter):
             if self.same_vocabulary and len(new_ids) >= max_target_tokens:
                 break
         self._proposed_draft_ids = new_ids
-        chosen = [] if budget.branch_confidence is None else \
-            sorted((b for b in branches if b[2] >= budget.branch_confidence), key=lambda b: -b[2])[:MAX_ALTERNATIVES]
-        drafts = [new_ids, *(new_ids[:at] + [token] for at, token, _ in chosen)]  # the main chain first
+        chosen = sorted((b for b in branches if b[2] >= budget.branch_confidence), key=lambda b: -b[2]
+                        )[:MAX_ALTERNATIVES] if wants_branches else []
+        alternatives = [new_ids[:at] + [token] for at, token, _ in chosen]
         if self.same_vocabulary:
-            return self._as_tree([ids[:max_target_tokens] for ids in drafts], sure_so_far)
+            return self._as_tree([ids[:max_target_tokens] for ids in [new_ids, *alternatives]], sure_so_far)
         started = time.perf_counter()
         # the main chain without the target token its text may still change (a longer draft text
-        # could merge into it), then as a branch with it; the alternatives likewise whole: a branch
-        # ends the round's text, and a token the target would have written longer costs a row only
-        chains = [self._translate(new_ids, finished, max_target_tokens)]
-        if budget.branch_confidence is not None:
-            chains += [self._translate(ids, True, max_target_tokens) for ids in drafts]
+        # could merge into it), then, in a tree, whole, as a branch with that token (always: proposing
+        # it only where the chain before it was likely kept measured the same); the alternatives whole
+        # too: a branch ends the round's text, and a token the target would have written longer costs
+        # a row only
+        whole, stable = self._translate(new_ids, finished, max_target_tokens)
+        chains = [whole[:stable]]
+        if wants_branches:
+            chains += [whole, *(self._translate(ids, True, max_target_tokens)[0] for ids in alternatives)]
         return self._as_tree(chains, sure_so_far, translate_seconds=time.perf_counter() - started)
 
     def _as_tree(self, chains: list[list[int]], confidence: float, translate_seconds: float = 0.0) -> Proposal:
@@ -304,14 +310,16 @@ class ModelDrafter(Drafter):
             proposal = replace(proposal, parents=tuple(parents), main_length=len(chains[0]))
         return proposal
 
-    def _translate(self, new_draft_ids: list[int], finished: bool, max_target_tokens: int) -> list[int]:
-        """Target ids for the draft's new tokens: the stable part of their translation."""
+    def _translate(self, new_draft_ids: list[int], finished: bool, max_target_tokens: int) -> tuple[list[int], int]:
+        """Target ids for the draft's new tokens (at most `max_target_tokens`) and how many of them are
+        stable (more draft text cannot change them; all of them when the draft `finished`)."""
         text = self.draft_tok.decode_bytes(new_draft_ids)
         proposed = self.sync.strip_pending(text)
         if not proposed:
-            return []
+            return [], 0
         translation = self.translator.draft_to_target(proposed, draft_finished=finished)
-        return list(translation.target_ids[: min(translation.n_stable, max_target_tokens)])
+        ids = list(translation.target_ids[:max_target_tokens])
+        return ids, min(translation.n_stable, len(ids))
 
     def _propose_sampled(self, max_draft_steps: int, max_target_tokens: int,
                          threshold: float) -> Generator[DraftCall, torch.Tensor, Proposal]:

@@ -122,9 +122,10 @@ class AnyPairGenerator:
             check. Sampling consults it too: a seed gives the target's own text either way.
             False: every request drafts.
         candidate_trees: where the target's engine scores trees of rows (the gguf engine; default
-            True), a model drafter that stops where it is unsure adds its next choices there as
-            alternatives, verified in the same forward (each row bitwise its chain's: the output is
-            the same); False: chains only.
+            True), a model drafter adds its other choices (its second choice at a step, its first
+            where it stopped unsure, the translation's held-back last token) as alternatives,
+            verified in the same forward (each row bitwise its chain's: the output is the same);
+            False: chains only.
     """
 
     def __init__(self, target: ModelSpec, draft: Optional[ModelSpec] = None, *,

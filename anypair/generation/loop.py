@@ -291,9 +291,9 @@ class DecodeSession:
         proposal, budget = yield from self._round_proposal(budget)
         constraint = self.request.constraint
         if constraint is not None and len(proposal):
-            # a token the grammar rejects can never be the target's: the proposal ends before it
-            chain = proposal.main_chain()
-            proposal = chain.truncated(constraint.allowed_prefix(chain.target_ids))
+            # a token the grammar rejects can never be the target's: the proposal ends before it (a
+            # chain: a request with a grammar asks for no tree, `_budget`, and `_checked` keeps to that)
+            proposal = proposal.truncated(constraint.allowed_prefix(proposal.target_ids))
         t1 = time.perf_counter()
         self.record.proposed(t1 - t0, proposal)
         outcome, raw_scores, verify_s = yield from self._verify(proposal, budget)

@@ -75,8 +75,9 @@ class GeneratorOptions:
     threads: Optional[int] = None
     # remember across requests whether drafting paid, and run the target alone while it has not
     skip_losing_drafts: bool = True
-    # where the target's engine scores trees (gguf): the draft's next choices where it stopped are
-    # verified beside its proposal in the same forward
+    # where the target's engine scores trees (gguf): the model drafter's other choices (its second
+    # choices, its first where it stopped, the held-back last token) are verified beside its proposal
+    # in the same forward
     candidate_trees: bool = True
 
     def __post_init__(self) -> None:

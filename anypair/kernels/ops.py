@@ -358,7 +358,7 @@ class LayerStack:
         a sequence's first row; a sequence whose rows do not each follow the row before is a tree,
         each row at position start + its depth, attending to its ancestors only (bitwise the same row
         in a chain of them; csrc/forward.c). `tree_kv` [layers, rows, 2, kv_heads, head_dim] float16
-        receives every row's K and V (to move a tree's accepted path to its positions)."""
+        receives every tree row's K and V (to move a tree's accepted path to its positions)."""
         x = x.contiguous()
         if sum(rows for rows, _, _ in seqs) != x.shape[0]:
             raise ValueError(f"the sequences' rows ({sum(r for r, _, _ in seqs)}) differ from x's ({x.shape[0]})")

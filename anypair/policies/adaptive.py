@@ -49,10 +49,10 @@ it paused: that read is the price of having paused, not of drafting from here on
 A small draft is often right with little confidence on text the target writes (code boilerplate
 in another model's style), so the advice is calibrated online (`ConfidenceCalibration`).
 
-Where the target's engine scores a tree of candidates in one forward, the drafter may add the
-draft's next choices where it stopped (its logits there are computed already): such an alternative
-costs no draft step, only its row, so its advice (`branch_confidence`) is the verification slope
-over a target step, calibrated the same way.
+Where the target's engine scores a tree of candidates in one forward, the drafter may add choices
+the draft has scored already (its second choice at a step, its first where it stopped): such an
+alternative costs no draft step, only its row, so its advice (`branch_confidence`) is the
+verification slope over a target step, calibrated the same way.
 
 ## ProbeSchedule
 
@@ -302,9 +302,9 @@ class ConfidenceStopLength(DraftLengthPolicy):
         return min(0.9, max(0.03, token_cost / token_value / self.calibration.ratio))
 
     def branch_confidence(self) -> Optional[float]:
-        """An alternative the draft already scored (its second choice where it stopped) costs no
-        draft step, only its row in the verification: worth it where its chance times a target step
-        beats that row's cost."""
+        """An alternative the draft already scored (a second choice, its first where it stopped)
+        costs no draft step, only its row in the verification: worth it where its chance times a
+        target step beats that row's cost."""
         if not self.costs.known:
             return PRIOR_BRANCH_CONFIDENCE
         row_cost = self.costs.verify_slope()

@@ -132,7 +132,7 @@ static int cache_and_attend(const ap_model *m, const ap_layer *L, const float *q
     for (int leaf = M - 1; leaf >= 0 && status == 0; leaf--) {
         if (tree_seq[leaf] < 0 || t->has_child[leaf]) continue;
         int len = 0;  // the path, leaf to root, then reversed: root first
-        for (int r = leaf; r >= 0 && tree_seq[r] == tree_seq[leaf]; r = parent[r]) t->path[len++] = r;
+        for (int r = leaf; r >= 0; r = parent[r]) t->path[len++] = r;  // parents stay in the leaf's run
         for (int i = 0; i < len / 2; i++) { const int s = t->path[i]; t->path[i] = t->path[len - 1 - i]; t->path[len - 1 - i] = s; }
         write_cache(m, L, k, v, pos, cache_at, t->path, len);
         int first = 0;  // the rows an earlier path attended are this path's first (ancestors come with them)
@@ -154,7 +154,7 @@ static int cache_and_attend(const ap_model *m, const ap_layer *L, const float *q
 // is then a tree of candidate continuations, each row at position seq_start + its depth, attending to
 // the cached positions and its own ancestors only (cache_and_attend), its result bitwise that of the
 // same row in a chain of its ancestors. tree_kv: NULL, or [n_layers][M][2][kv_heads][head_dim] fp16
-// where every row's K and V are kept (a tree's accepted path is moved to its positions afterwards).
+// where every tree row's K and V are kept (its accepted path is moved to its positions afterwards).
 // path: AP_PATH_BEST, AP_PATH_REFERENCE or AP_PATH_AVX2 (the linears'; the other ops have one SIMD
 // path, used unless the reference is asked for). Returns 0, -1 for bad arguments, -2 when out of memory.
 int ap_layers_forward_seqs(const ap_model *m, const ap_layer *layers, int n_layers, float *x, const int *seq_rows,
@@ -211,12 +211,13 @@ int ap_layers_forward_seqs(const ap_model *m, const ap_layer *layers, int n_laye
             rotate(q + (size_t)r * Hq * D, Hq, m, L, pos[r]);
             rotate(k + (size_t)r * Hkv * D, Hkv, m, L, pos[r]);
         }
-        if (tree_kv)  // every row's K and V, [M][2][Hkv][D] for this layer
-            for (size_t r = 0, HD = (size_t)Hkv * D; r < (size_t)M; r++)
-                for (size_t c = 0; c < HD; c++) {
-                    tree_kv[((size_t)l * M + r) * 2 * HD + c] = ap_f2h(k[r * HD + c]);
-                    tree_kv[(((size_t)l * M + r) * 2 + 1) * HD + c] = ap_f2h(v[r * HD + c]);
-                }
+        for (size_t r = 0, HD = (size_t)Hkv * D; tree_kv && r < (size_t)M; r++) {
+            if (tree_seq[r] < 0) continue;  // a tree's rows' K and V, [M][2][Hkv][D] this layer; a chain's: unwritten
+            for (size_t c = 0; c < HD; c++) {
+                tree_kv[((size_t)l * M + r) * 2 * HD + c] = ap_f2h(k[r * HD + c]);
+                tree_kv[(((size_t)l * M + r) * 2 + 1) * HD + c] = ap_f2h(v[r * HD + c]);
+            }
+        }
         charge(profile, AP_PROF_ROPE_CACHE, &mark);
         if ((status = cache_and_attend(m, L, q, k, v, pos, cache_at, parent, tree_seq, M, att, t, nthreads, use_ref)) != 0)
             break;
