@@ -1,5 +1,6 @@
-"""The kernels' layout kept on disk (anypair/kernels/packed_cache.py): a model loaded from the cache
-gives bitwise the logits of a fresh repack; the cache is rebuilt when its GGUF or the layout code
+"""The kernels' layout kept on disk (anypair/kernels/packed_cache.py): a model loaded from the cache,
+mapped or read, gives bitwise the logits of a fresh repack; a file cached on small pages is read again
+once, then read (copied) where the pages stay small; the cache is rebuilt when its GGUF or the layout code
 changes; an unusable cache folder falls back to the in-memory repack with one warning; a file that
 was not completely written never loads. Small seed shapes only (anypair/zoo/seed_writer.py)."""
 from __future__ import annotations
@@ -36,6 +37,12 @@ def cache_home(tmp_path, monkeypatch):
     return tmp_path / "home"
 
 
+@pytest.fixture
+def copies(monkeypatch):
+    """The cache read into anonymous memory (as where the OS gives a file no 2 MB pages)."""
+    monkeypatch.setattr(packed_cache, "_HUGE_SHARE", 2.0)
+
+
 def _load(path, **options):
     from anypair.backends.quantized_gguf import QuantizedGGUFBackend
 
@@ -48,16 +55,43 @@ def _load(path, **options):
     return mode, logits
 
 
-def test_a_model_read_from_the_cache_gives_bitwise_a_fresh_repacks_logits(small_gguf, cache_home):
+def test_a_model_mapped_or_read_from_the_cache_gives_bitwise_a_fresh_repacks_logits(small_gguf, cache_home,
+                                                                                     monkeypatch):
     off_mode, fresh = _load(small_gguf, layout_cache=False)
     first_mode, first = _load(small_gguf)
-    second_mode, second = _load(small_gguf)
-    assert (off_mode, first_mode, second_mode) == ("off", "written", "read")
-    assert torch.equal(fresh, first) and torch.equal(fresh, second)
+    monkeypatch.setattr(packed_cache, "_huge_share", lambda region: 1.0)  # whatever pages this machine gives
+    from anypair.backends.quantized_gguf import QuantizedGGUFBackend
+
+    mapped = QuantizedGGUFBackend(small_gguf, context=64, threads=1)
+    second_mode, second = mapped.layout_cache.mode, mapped.extend(IDS, all_logits=True)
+    monkeypatch.setattr(packed_cache, "_HUGE_SHARE", 2.0)
+    third_mode, third = _load(small_gguf)
+    assert (off_mode, first_mode, second_mode, third_mode) == ("off", "written", "mapped", "read")
+    assert torch.equal(fresh, first) and torch.equal(fresh, second) and torch.equal(fresh, third)
     assert [p.name for p in (cache_home / "packed").iterdir()] == [packed_cache.cache_path(small_gguf).name]
+    packed = [w.packed for layer in mapped.layers for w in layer.matrices if w.packed is not None]
+    assert packed and not any(p.flags.writeable for p in packed)  # the file's own pages, read-only
 
 
-def test_a_read_in_pieces_on_two_threads_gives_bitwise_the_same_logits(small_gguf, cache_home, monkeypatch):
+@pytest.mark.parametrize("shares, mode", [([0.0, 1.0], "mapped"), ([0.0, 0.0], "read")])
+def test_a_file_cached_on_small_pages_is_read_again_once_then_copied(small_gguf, cache_home, monkeypatch,
+                                                                     shares, mode):
+    _, fresh = _load(small_gguf, layout_cache=False)
+    assert _load(small_gguf)[0] == "written"
+    seen, dropped = iter(shares), []
+    monkeypatch.setattr(packed_cache, "_huge_share", lambda region: next(seen))
+    real = os.posix_fadvise
+
+    def fadvise(fd, at, size, advice):
+        dropped.append(advice)
+        real(fd, at, size, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", fadvise)
+    loaded, logits = _load(small_gguf)
+    assert loaded == mode and dropped == [os.POSIX_FADV_DONTNEED] and torch.equal(logits, fresh)
+
+
+def test_a_read_in_pieces_on_two_threads_gives_bitwise_the_same_logits(small_gguf, cache_home, monkeypatch, copies):
     _, fresh = _load(small_gguf, layout_cache=False)
     assert _load(small_gguf)[0] == "written"
     monkeypatch.setattr(packed_cache, "_PIECE", 4096)  # every matrix in many pieces, shared by the threads
@@ -65,7 +99,7 @@ def test_a_read_in_pieces_on_two_threads_gives_bitwise_the_same_logits(small_ggu
     assert mode == "read" and torch.equal(logits, fresh)
 
 
-def test_a_matrix_whose_read_fails_is_repacked_with_one_warning(small_gguf, cache_home, monkeypatch, caplog):
+def test_a_matrix_whose_read_fails_is_repacked_with_one_warning(small_gguf, cache_home, monkeypatch, caplog, copies):
     _, fresh = _load(small_gguf, layout_cache=False)
     assert _load(small_gguf)[0] == "written"
     reads = []
@@ -90,7 +124,7 @@ def test_the_cache_is_rebuilt_when_the_gguf_or_the_layout_code_changes(small_ggu
     stat = small_gguf.stat()
     os.utime(small_gguf, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # the file "replaced in place"
     assert _load(small_gguf)[0] == "written"
-    assert _load(small_gguf)[0] == "read"
+    assert _load(small_gguf)[0] in ("mapped", "read")
     old = packed_cache.cache_path(small_gguf)
     monkeypatch.setattr(packed_cache, "layout_key", lambda: "0123456789ab")  # the repack code edited
     assert _load(small_gguf)[0] == "written"

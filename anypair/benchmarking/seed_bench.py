@@ -24,6 +24,8 @@ from typing import Optional, Sequence
 
 #: the engines compared, by the names the JSON and the plot use
 GGUF, LLAMA_CPP = "gguf", "llama.cpp"
+#: the gguf engine's layout-cache modes of a load that repacked nothing (kernels/packed_cache.py)
+CACHED = ("mapped", "read")
 RANDOM_WEIGHTS_NOTE = ("random weights with the model's exact shapes, types and tokenizer: the text is "
                        "meaningless, the costs (time, memory) are real")
 
@@ -58,7 +60,7 @@ def _child_load(engine: str, path: str, threads: int, context: int) -> None:
     loaded = time.perf_counter()
     backend.extend([1])
     first = time.perf_counter()
-    layout = getattr(backend, "layout_cache", None)  # the gguf engine: "written" first, "read" once cached
+    layout = getattr(backend, "layout_cache", None)  # the gguf engine: "written" first, "mapped" or "read" once cached
     print(json.dumps({"load_s": loaded - t0, "first_logits_s": first - t0, "rss_after_bytes": _rss_now(),
                       "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                       "layout_cache": layout.mode if layout is not None else None}))
@@ -97,8 +99,8 @@ def measure_loads(path: Path, engines: Sequence[str], threads: int, context: int
     for engine, runs in samples.items():
         result[engine] = {**_load_summary(runs), "samples": runs}
         if engine == GGUF:
-            for name, kept in (("first", [r for r in runs if r["layout_cache"] != "read"]),
-                               ("cached", [r for r in runs if r["layout_cache"] == "read"])):
+            for name, kept in (("first", [r for r in runs if r["layout_cache"] not in CACHED]),
+                               ("cached", [r for r in runs if r["layout_cache"] in CACHED])):
                 if kept:
                     result[engine][name] = _load_summary(kept)
     return result

@@ -139,8 +139,8 @@ def huge_page_bytes(size: int) -> np.ndarray:
 def _interleave(ggml_type: int, rows: np.ndarray, count: int, cols: int, layout: Optional[Any] = None,
                 key: str = "") -> tuple[int, np.ndarray, bool]:
     """Q4_1/Q5_0/Q8_0/Q4_K/Q6_K rows -> (kernel type, interleaved bytes, whether repacked now): groups
-    of 16 rows (csrc/repack.c), in anonymous huge pages; read from the load's layout cache where a
-    previous load left them (then nothing is repacked, and the bytes are there once the layout's
+    of 16 rows (csrc/repack.c), in anonymous huge pages; mapped or read from the load's layout cache
+    where a previous load left them (then nothing is repacked, and the bytes are there once the layout's
     `finish()` has returned)."""
     lib = load_library()
     size = lib.ap_packed_bytes(ggml_type, count, cols)
