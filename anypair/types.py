@@ -137,6 +137,11 @@ class VerifyOutcome:
         """The rows of [last committed token, *proposal] that chose each emitted token, in order."""
         return [0, *(i + 1 for i in self.path)] if self.path is not None else list(range(self.n_accepted + 1))
 
+    def kept_of_main_chain(self, proposal: Proposal) -> int:
+        """The tokens kept, counted against the main chain (what the policies learn from: a tree's
+        alternatives are rows the verification pays for, their tokens kept count as the chain's)."""
+        return min(self.n_accepted, proposal.chain_length)
+
 
 @dataclass(frozen=True)
 class RoundFeedback:
@@ -155,10 +160,7 @@ class RoundFeedback:
     @classmethod
     def of_round(cls, budget: DraftBudget, proposal: Proposal, outcome: VerifyOutcome,
                  draft_seconds: float, verify_seconds: float) -> RoundFeedback:
-        # a tree is learnt from as its main chain (the policy's length): its alternatives are rows
-        # the verification pays for, their tokens kept count as the chain's
-        proposed = proposal.chain_length
-        return cls(budget.max_draft_steps, proposed, min(outcome.n_accepted, proposed), draft_seconds,
+        return cls(budget.max_draft_steps, proposal.chain_length, outcome.kept_of_main_chain(proposal), draft_seconds,
                    verify_seconds, proposal.draft_step_seconds, proposal.confidence, proposal.catch_up_seconds)
 
 

@@ -302,7 +302,7 @@ class DecodeSession:
         if constraint is not None:
             constraint.commit(new_target_ids)
         self.record.committed(proposal, outcome)
-        self.acceptance.observe_counts(min(outcome.n_accepted, proposal.chain_length), proposal.chain_length)
+        self.acceptance.observe_counts(outcome.kept_of_main_chain(proposal), proposal.chain_length)
         done = self._commit(new_target_ids)
         chunk = self.text.take_new(final=done)
         if chunk:
