@@ -309,3 +309,14 @@ def test_engines_that_fit_only_one_at_a_time_are_timed_one_after_the_other():
     # its keys and values: 0.82 MB a position for each engine, 3.3 GB each at 4,000
     assert 6.5e9 < memory_needed(code, context=4000) - memory_needed(code) < 6.7e9
     assert engine_groups(code, int(24e9), context=4000) == [("gguf",), ("llama.cpp",)]
+
+
+def test_the_page_cache_share_of_a_file_just_read_is_whole(tmp_path):
+    from anypair.benchmarking.seed_bench import page_cache_share
+
+    path = tmp_path / "some.bin"
+    path.write_bytes(bytes(range(256)) * 4096 * 3)  # 3 MB, 768 pages
+    path.read_bytes()
+    assert page_cache_share(path) == 1.0
+    (tmp_path / "empty.bin").touch()
+    assert page_cache_share(tmp_path / "empty.bin") is None

@@ -55,6 +55,12 @@ def _child_load(engine: str, path: str, threads: int, context: int) -> None:
         from anypair.kernels import load_library
 
         load_library()  # the kernels' build (cached after the first) is not the model's load
+    from anypair.kernels.packed_cache import cache_path
+
+    cached = cache_path(Path(path))
+    # how much of the layout cache the page cache holds before the load (a later load maps it: what is
+    # not there comes from the disk), e.g. after the other engine's load pushed it out
+    resident = page_cache_share(cached) if engine == GGUF and cached.exists() else None
     t0 = time.perf_counter()
     backend = _open_engine(engine, Path(path), threads, context)
     loaded = time.perf_counter()
@@ -63,7 +69,35 @@ def _child_load(engine: str, path: str, threads: int, context: int) -> None:
     layout = getattr(backend, "layout_cache", None)  # the gguf engine: "written" first, "mapped" or "read" once cached
     print(json.dumps({"load_s": loaded - t0, "first_logits_s": first - t0, "rss_after_bytes": _rss_now(),
                       "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                      "layout_cache": layout.mode if layout is not None else None}))
+                      "layout_cache": layout.mode if layout is not None else None,
+                      "layout_cache_in_page_cache": resident}))
+
+
+def page_cache_share(path: Path) -> Optional[float]:
+    """The share of `path`'s pages in the page cache now (mincore over a mapping; reads nothing)."""
+    import ctypes
+    import mmap
+
+    size = path.stat().st_size
+    if size == 0:
+        return None
+    pages = -(-size // mmap.PAGESIZE)
+    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ) as region:
+        start = ctypes.c_void_p(_address_of(region))
+        flags = (ctypes.c_ubyte * pages)()
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.mincore(start, ctypes.c_size_t(size), flags) != 0:
+            return None
+        return round(sum(f & 1 for f in flags) / pages, 3)
+
+
+def _address_of(region) -> int:
+    import numpy as np
+
+    view = np.frombuffer(region, dtype=np.uint8)
+    address = int(view.ctypes.data)
+    del view  # the region closes only once no buffer is exported
+    return address
 
 
 def measure_loads(path: Path, engines: Sequence[str], threads: int, context: int, repeats: int,
