@@ -201,7 +201,7 @@ KV_MEMORY_SHARE = 0.5
 
 def _max_batch(gen, asked: Optional[int], kv_memory_mib: Optional[float] = None) -> tuple[int, str]:
     """--max-batch as asked, or by default from the KV memory budget (--kv-memory MiB, default half the
-    memory available now): as many requests as fit their KV caches at the full context, at most
+    memory available now, less the weights mapped from the page cache): as many requests as fit their KV caches at the full context, at most
     DEFAULT_MAX_BATCH; 1 where the engines cannot batch. Where even those requests at the full context
     would not fit the budget, each request is held to the positions that do (`limit_positions`): a
     longer one gets a 400 naming the budget, never an out-of-memory kill mid-answer. Returns the batch
@@ -213,7 +213,9 @@ def _max_batch(gen, asked: Optional[int], kv_memory_mib: Optional[float] = None)
     else:
         from anypair.machine import available_memory
 
-        budget = available_memory() * KV_MEMORY_SHARE or None
+        # mapped weights sit in the page cache, which MemAvailable counts as free: not the KV's to take
+        mapped = sum(b.mapped_weight_bytes for b in (gen.target_backend, gen.draft_backend) if b is not None)
+        budget = max(0, available_memory() - mapped) * KV_MEMORY_SHARE or None
     why_not = gen.batching_unavailable()
     if why_not is not None:  # a --max-batch above 1 is refused in one line when the scheduler is made
         batch, note = (1 if asked is None else asked), f"one request at a time ({why_not})"

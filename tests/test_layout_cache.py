@@ -71,6 +71,24 @@ def test_a_model_mapped_or_read_from_the_cache_gives_bitwise_a_fresh_repacks_log
     assert [p.name for p in (cache_home / "packed").iterdir()] == [packed_cache.cache_path(small_gguf).name]
     packed = [w.packed for layer in mapped.layers for w in layer.matrices if w.packed is not None]
     assert packed and not any(p.flags.writeable for p in packed)  # the file's own pages, read-only
+    assert mapped.mapped_weight_bytes == packed_cache.cache_path(small_gguf).stat().st_size
+
+
+def test_a_servers_kv_budget_leaves_the_mapped_weights_out_of_the_memory_available(monkeypatch):
+    """MemAvailable counts the page cache, mapped weights included: they are not the KV caches' to take."""
+    from types import SimpleNamespace
+
+    from anypair import cli, machine
+
+    gib = 1 << 30
+    monkeypatch.setattr(machine, "available_memory", lambda: 20 * gib)
+    engine = SimpleNamespace(mapped_weight_bytes=8 * gib, max_context=1000)
+    gen = SimpleNamespace(target_backend=engine, draft_backend=SimpleNamespace(mapped_weight_bytes=0),
+                          kv_bytes_per_slot=lambda: 3 * gib, batching_unavailable=lambda: None,
+                          limit_positions=lambda *a: None)
+    assert cli._max_batch(gen, None)[0] == 2  # (20 - 8) / 2 GiB of budget, 3 GiB a request
+    engine.mapped_weight_bytes = 0
+    assert cli._max_batch(gen, None)[0] == 3
 
 
 @pytest.mark.parametrize("shares, mode", [([0.0, 1.0], "mapped"), ([0.0, 0.0], "read")])

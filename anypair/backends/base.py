@@ -101,6 +101,12 @@ class ModelBackend(ABC):
         """The most one slot's KV state takes, for sizing a batch (0: a one-slot engine adds none)."""
         return 0
 
+    @property
+    def mapped_weight_bytes(self) -> int:
+        """Weight bytes read from a file's mapping (page cache): the OS counts them as memory still
+        available (MemAvailable), so a memory budget taken after loading must leave them out."""
+        return 0
+
     def set_slots(self, slots: int) -> None:
         """Hold `slots` sequences from now on; every sequence is forgotten. A one-slot engine holds one."""
         if slots != 1:

@@ -427,6 +427,10 @@ class QuantizedGGUFBackend(ModelBackend):
         return self._slots
 
     @property
+    def mapped_weight_bytes(self) -> int:
+        return self.layout_cache.mapped_bytes
+
+    @property
     def kv_bytes_per_slot(self) -> int:
         """The fp16 K and V of every layer for one sequence at the full context."""
         shape = self.shape

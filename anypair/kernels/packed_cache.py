@@ -112,6 +112,11 @@ class LayoutCache:
         except OSError as error:
             self._give_up(f"cannot use the layout cache {self.path} ({error.strerror or error})")
 
+    @property
+    def mapped_bytes(self) -> int:
+        """The cache file's bytes this load maps (0 unless mapped)."""
+        return len(self._region) if self.mode == "mapped" else 0
+
     # -- reading ------------------------------------------------------------------------------------
 
     def _open_existing(self) -> bool:
