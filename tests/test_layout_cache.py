@@ -60,6 +60,7 @@ def test_a_model_mapped_or_read_from_the_cache_gives_bitwise_a_fresh_repacks_log
     off_mode, fresh = _load(small_gguf, layout_cache=False)
     first_mode, first = _load(small_gguf)
     monkeypatch.setattr(packed_cache, "_huge_share", lambda region: 1.0)  # whatever pages this machine gives
+    monkeypatch.setattr(packed_cache, "_huge_pages_possible", lambda: True)
     from anypair.backends.quantized_gguf import QuantizedGGUFBackend
 
     mapped = QuantizedGGUFBackend(small_gguf, context=64, threads=1)
@@ -98,6 +99,7 @@ def test_a_file_cached_on_small_pages_is_read_again_once_then_copied(small_gguf,
     assert _load(small_gguf)[0] == "written"
     seen, dropped = iter(shares), []
     monkeypatch.setattr(packed_cache, "_huge_share", lambda region: next(seen))
+    monkeypatch.setattr(packed_cache, "_huge_pages_possible", lambda: True)
     real = os.posix_fadvise
 
     def fadvise(fd, at, size, advice):
@@ -168,6 +170,32 @@ def test_an_unusable_cache_folder_falls_back_to_memory_with_one_warning(small_gg
         mode, logits = _load(small_gguf)
     assert mode == "off" and torch.equal(logits, fresh)
     assert len([r for r in caplog.records if "layout cache" in r.getMessage()]) == 1
+
+
+def test_pages_are_faulted_in_without_madvise_populate(tmp_path, monkeypatch):
+    """Before Linux 5.14 MADV_POPULATE_READ is refused: a byte of every page is read instead."""
+    import mmap
+
+    path = tmp_path / "pages.bin"
+    path.write_bytes(b"\1" * (3 * mmap.PAGESIZE + 5))
+    monkeypatch.setattr(packed_cache, "_MADV_POPULATE_READ", 12345)  # an advice no kernel knows: refused
+    with open(path, "rb") as handle:
+        region = mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ)
+    assert _mapped_kib(region) == 0
+    packed_cache._populate(region, 2)
+    assert _mapped_kib(region) == 4 * mmap.PAGESIZE // 1024  # every page in this process's page tables
+    region.close()  # nothing exported is left behind
+
+
+def _mapped_kib(region) -> int:
+    """Rss of `region`'s mapping in /proc/self/smaps (pages this process has mapped, not the cache's)."""
+    header, found = f"{packed_cache._address(region):x}-", False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            found = found or line.startswith(header)
+            if found and line.startswith("Rss:"):
+                return int(line.split()[1])
+    raise AssertionError("the mapping is not in /proc/self/smaps")
 
 
 def test_the_environment_turns_the_cache_off(small_gguf, cache_home, monkeypatch):

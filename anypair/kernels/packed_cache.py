@@ -273,8 +273,12 @@ def map_on_huge_pages(path: Path, threads: int = 1) -> Optional[mmap.mmap]:
         with open(path, "rb") as handle:
             for attempt in range(2):
                 region = mmap.mmap(handle.fileno(), 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
-                region.madvise(mmap.MADV_HUGEPAGE)
-                if _populate(region, threads) and _huge_share(region) >= _HUGE_SHARE:
+                try:
+                    region.madvise(mmap.MADV_HUGEPAGE)
+                except OSError:  # no huge pages for this mapping: the share below says so
+                    pass
+                _populate(region, threads)
+                if _huge_share(region) >= _HUGE_SHARE:
                     return region
                 region.close()
                 if attempt == 0:
@@ -301,9 +305,10 @@ def _address(region: mmap.mmap) -> int:
         del view  # an exported buffer would keep the region from closing
 
 
-def _populate(region: mmap.mmap, threads: int) -> bool:
+def _populate(region: mmap.mmap, threads: int) -> None:
     """Every page of `region` faulted in (read from the disk where it is not cached), in pieces on
-    `threads` threads (a call into libc lets go of the GIL); False where the OS refuses (before 5.14)."""
+    `threads` threads (a call into libc lets go of the GIL); before Linux 5.14 (no MADV_POPULATE_READ)
+    by reading a byte of every page."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     start, size = _address(region), len(region)
@@ -312,7 +317,11 @@ def _populate(region: mmap.mmap, threads: int) -> bool:
         return libc.madvise(start + at, min(_PIECE, size - at), _MADV_POPULATE_READ) == 0
 
     with ThreadPoolExecutor(max(1, threads)) as pool:
-        return all(pool.map(piece, range(0, size, _PIECE)))
+        if all(pool.map(piece, range(0, size, _PIECE))):
+            return
+    view = np.frombuffer(region, dtype=np.uint8)
+    int(view[::mmap.PAGESIZE].sum())
+    del view  # an exported buffer would keep the region from closing
 
 
 def _huge_share(region: mmap.mmap) -> float:
