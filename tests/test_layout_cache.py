@@ -189,7 +189,7 @@ def test_pages_are_faulted_in_without_madvise_populate(tmp_path, monkeypatch):
 
 def _mapped_kib(region) -> int:
     """Rss of `region`'s mapping in /proc/self/smaps (pages this process has mapped, not the cache's)."""
-    header, found = f"{packed_cache._address(region):x}-", False
+    header, found = f"{packed_cache.mapping_address(region):x}-", False
     with open("/proc/self/smaps") as smaps:
         for line in smaps:
             found = found or line.startswith(header)

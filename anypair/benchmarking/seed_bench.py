@@ -78,26 +78,19 @@ def page_cache_share(path: Path) -> Optional[float]:
     import ctypes
     import mmap
 
+    from anypair.kernels.packed_cache import mapping_address
+
     size = path.stat().st_size
     if size == 0:
         return None
     pages = -(-size // mmap.PAGESIZE)
     with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ) as region:
-        start = ctypes.c_void_p(_address_of(region))
+        start = ctypes.c_void_p(mapping_address(region))
         flags = (ctypes.c_ubyte * pages)()
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.mincore(start, ctypes.c_size_t(size), flags) != 0:
             return None
         return round(sum(f & 1 for f in flags) / pages, 3)
-
-
-def _address_of(region) -> int:
-    import numpy as np
-
-    view = np.frombuffer(region, dtype=np.uint8)
-    address = int(view.ctypes.data)
-    del view  # the region closes only once no buffer is exported
-    return address
 
 
 def measure_loads(path: Path, engines: Sequence[str], threads: int, context: int, repeats: int,

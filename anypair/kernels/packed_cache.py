@@ -297,7 +297,8 @@ def _huge_pages_possible() -> bool:
     return "[never]" not in setting and hasattr(mmap, "MADV_HUGEPAGE") and hasattr(os, "posix_fadvise")
 
 
-def _address(region: mmap.mmap) -> int:
+def mapping_address(region: mmap.mmap) -> int:
+    """Where `region` starts in this process's memory."""
     view = np.frombuffer(region, dtype=np.uint8)
     try:
         return int(view.ctypes.data)
@@ -311,7 +312,7 @@ def _populate(region: mmap.mmap, threads: int) -> None:
     by reading a byte of every page."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    start, size = _address(region), len(region)
+    start, size = mapping_address(region), len(region)
 
     def piece(at: int) -> bool:
         return libc.madvise(start + at, min(_PIECE, size - at), _MADV_POPULATE_READ) == 0
@@ -329,7 +330,7 @@ def _huge_share(region: mmap.mmap) -> float:
     whole = len(region) // _HUGE_PAGE * _HUGE_PAGE
     if whole == 0:
         return 0.0
-    header = f"{_address(region):x}-"
+    header = f"{mapping_address(region):x}-"
     try:
         with open("/proc/self/smaps") as smaps:
             found = False
