@@ -200,13 +200,13 @@ KV_MEMORY_SHARE = 0.5
 
 
 def _max_batch(gen, asked: Optional[int], kv_memory_mib: Optional[float] = None) -> tuple[int, str]:
-    """--max-batch as asked, or by default from the KV memory budget (--kv-memory MiB, default half the
-    memory available now, less the weights mapped from the page cache): as many requests as fit their KV caches at the full context, at most
-    DEFAULT_MAX_BATCH; 1 where the engines cannot batch. Where even those requests at the full context
-    would not fit the budget, each request is held to the positions that do (`limit_positions`): a
-    longer one gets a 400 naming the budget, never an out-of-memory kill mid-answer. Returns the batch
-    and a note for the start line. The generator's scheduler checks the batch when the server is made;
-    `run_serve` checks --kv-memory before the models load."""
+    """--max-batch as asked, or by default from the KV memory budget (--kv-memory MiB, default half the memory
+    available now, less the weights mapped from the page cache): as many requests as fit their KV caches
+    at the full context, at most DEFAULT_MAX_BATCH; 1 where the engines cannot batch. Where even those
+    requests at the full context would not fit the budget, each request is held to the positions that do
+    (`limit_positions`): a longer one gets a 400 naming the budget, never an out-of-memory kill
+    mid-answer. Returns the batch and a note for the start line. The generator's scheduler checks the
+    batch when the server is made; `run_serve` checks --kv-memory before the models load."""
     per_slot = gen.kv_bytes_per_slot()
     if kv_memory_mib is not None:
         budget = kv_memory_mib * 2**20

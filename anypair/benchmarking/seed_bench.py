@@ -1,14 +1,14 @@
 """`anypair bench --target-shape NAME`: the gguf engine beside llama.cpp on one seed-shaped GGUF
 (`zoo.seed_shapes`: a big target's exact shapes and types, random weights), on the same threads.
 
-What it measures, per engine: the load (its constructor, and the load plus a first token's logits,
-since llama.cpp maps the file lazily and pays for its pages on the first step), each in a child
-process of its own so that its peak RSS is its own, the file in the page cache for every load; the
-k-token step at each context (`costs.verification_costs_by_context`: both engines loaded at once,
-interleaved per context, medians; where both do not fit in memory, each alone, one after the other); the prompt read (prefill) of N tokens, engines alternating; and, from the roofline's
-ceilings (`roofline.Ceilings`, `roofline.step_bytes_and_macs`), the floor of each step on this
-machine. The weights are random, so the text is meaningless and no token is checked: only the
-costs are real, and the JSON says so.
+What it measures, per engine: the load (its constructor, and the load plus a first token's logits, since
+llama.cpp maps the file lazily and pays for its pages on the first step), each in a child process of its
+own so that its peak RSS is its own, the file in the page cache for every load; the k-token step at each
+context (`costs.verification_costs_by_context`: both engines loaded at once, interleaved per context,
+medians; where both do not fit in memory, each alone, one after the other); the prompt read (prefill) of
+N tokens, engines alternating; and, from the roofline's ceilings (`roofline.Ceilings`,
+`roofline.step_bytes_and_macs`), the floor of each step on this machine. The weights are random, so the
+text is meaningless and no token is checked: only the costs are real, and the JSON says so.
 """
 from __future__ import annotations
 
@@ -78,6 +78,8 @@ def page_cache_share(path: Path) -> Optional[float]:
     import ctypes
     import mmap
 
+    import numpy as np
+
     from anypair.kernels.packed_cache import mapping_address
 
     size = path.stat().st_size
@@ -86,11 +88,11 @@ def page_cache_share(path: Path) -> Optional[float]:
     pages = -(-size // mmap.PAGESIZE)
     with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ) as region:
         start = ctypes.c_void_p(mapping_address(region))
-        flags = (ctypes.c_ubyte * pages)()
+        flags = np.zeros(pages, dtype=np.uint8)
         libc = ctypes.CDLL(None, use_errno=True)
-        if libc.mincore(start, ctypes.c_size_t(size), flags) != 0:
+        if libc.mincore(start, ctypes.c_size_t(size), flags.ctypes.data_as(ctypes.c_void_p)) != 0:
             return None
-        return round(sum(f & 1 for f in flags) / pages, 3)
+        return round(int(np.count_nonzero(flags & 1)) / pages, 3)
 
 
 def measure_loads(path: Path, engines: Sequence[str], threads: int, context: int, repeats: int,
