@@ -3,7 +3,9 @@ output is bitwise the same alone or with 1..16 others, the values are the GGUF's
 against gguf's own code, products against fp64), and the attention/norm/SiLU kernels likewise.
 
 Real blocks come from the zoo's GGUFs (Qwen Q4_K/Q6_K, SmolLM2 Q4_1, Qwen-0.5B and Gemma's other
-types); a type no zoo file holds is made by quantizing a real weight matrix with gguf's quantizer.
+types); a type no zoo file holds is made by quantizing a real weight matrix with gguf's quantizer, and
+Q5_K (which gguf cannot quantize) from real Q4_K blocks with random fifth bits: real scales and
+minimums, every value 0..31 reached.
 """
 from __future__ import annotations
 
@@ -38,6 +40,15 @@ def _zoo_tensors():
     return by_type
 
 
+def _q5_k_from_q4_k(q4_k_rows: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Q5_K rows (ggml's block_q5_K: d, dmin, 12 bytes of scales, 32 of fifth bits, 128 of nibbles)
+    made of Q4_K rows' blocks (d, dmin, scales, nibbles) with random fifth bits between."""
+    rows = q4_k_rows.reshape(q4_k_rows.shape[0], -1, 144)
+    fifth = np.random.default_rng(seed).integers(0, 256, size=(*rows.shape[:2], 32), dtype=np.uint8)
+    blocks = np.concatenate([rows[..., :16], fifth, rows[..., 16:]], axis=-1)
+    return np.ascontiguousarray(blocks.reshape(rows.shape[0], -1))
+
+
 @pytest.fixture(scope="module")
 def real_matrices():
     """ggml type -> QuantWeight of ROWS_PER_MATRIX real rows, for every type with a kernel."""
@@ -54,6 +65,8 @@ def real_matrices():
     # types no zoo file holds: real values (a Q4_K matrix's), quantized by gguf's own code
     source = found[int(GGMLQuantizationType.Q4_K)]
     values = dequantize(source.data[:ROWS_PER_MATRIX], GGMLQuantizationType.Q4_K).astype(np.float32)
+    matrices[int(GGMLQuantizationType.Q5_K)] = QuantWeight(int(GGMLQuantizationType.Q5_K), ROWS_PER_MATRIX, source.shape[0],
+                                                           _q5_k_from_q4_k(source.data[:ROWS_PER_MATRIX]))
     for name in ("Q4_0", "Q4_1", "Q5_0", "Q8_0", "F16", "F32"):
         qtype = GGMLQuantizationType[name]
         if int(qtype) in matrices:
@@ -169,7 +182,7 @@ def test_products_are_the_gguf_weights_times_the_activations(real_matrices, type
     exact = torch.from_numpy(exact.reshape(weight.rows, weight.cols))
     x = _activations(5, weight.cols, seed=2)
     got = LinearGroup([weight])(x)[0].double()
-    block = {"F16": 0, "F32": 0, "Q4_K": 256, "Q6_K": 256}.get(type_name, 32)
+    block = {"F16": 0, "F32": 0, "Q4_K": 256, "Q5_K": 256, "Q6_K": 256}.get(type_name, 32)
     as_seen = x.double() if block == 0 else _quantized_rows(x, block)
     reference = as_seen @ exact.T
     assert float((got - reference).abs().max() / reference.abs().max()) < 1e-5
@@ -198,12 +211,15 @@ def _k_quant_values(blocks: np.ndarray, type_name: str):
     """From GGUF super-blocks [N, nb, bytes]: (d, dmin, per-sub-block scales, minimums, values), the
     file's own encoding read independently of the C code (ggml-quants.c's layouts)."""
     f16 = lambda at: blocks[..., at:at + 2].copy().view(np.float16)[..., 0].astype(np.float32)  # noqa: E731
-    if type_name == "Q4_K":
+    if type_name in ("Q4_K", "Q5_K"):
         s = blocks[..., 4:16].astype(np.int64)
         sc = np.concatenate([s[..., 0:4] & 63, (s[..., 8:12] & 0xF) | ((s[..., 0:4] >> 6) << 4)], axis=-1)
         mn = np.concatenate([s[..., 4:8] & 63, (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)], axis=-1)
-        qs = blocks[..., 16:144].astype(np.int64).reshape(*blocks.shape[:2], 4, 32)  # 4 x 32 bytes: sub-blocks 2c, 2c+1
+        qs = blocks[..., -128:].astype(np.int64).reshape(*blocks.shape[:2], 4, 32)  # 4 x 32 bytes: sub-blocks 2c, 2c+1
         values = np.stack([qs & 15, qs >> 4], axis=3).reshape(*blocks.shape[:2], 256)
+        if type_name == "Q5_K":  # element 32 * j + i: bit j of qh[i]
+            qh = blocks[..., 16:48].astype(np.int64)
+            values = values | (np.stack([(qh >> j) & 1 for j in range(8)], axis=2).reshape(*blocks.shape[:2], 256) << 4)
         return f16(0), f16(2), sc, mn, values
     ql = blocks[..., 0:128].astype(np.int64).reshape(*blocks.shape[:2], 2, 2, 32)   # [half][first/second 32 bytes]
     qh = blocks[..., 128:192].astype(np.int64).reshape(*blocks.shape[:2], 2, 1, 32)
@@ -214,35 +230,60 @@ def _k_quant_values(blocks: np.ndarray, type_name: str):
     return f16(208), None, scales, None, values
 
 
-@pytest.mark.parametrize("type_name", ["Q4_K", "Q6_K"])
-@pytest.mark.parametrize("rows", [96, 90])
-def test_k_quants_follow_their_definition_bitwise(real_matrices, type_name, rows):
-    """The interleaved kernels against the definition in ap_common.h, computed here in numpy from
-    the GGUF's own blocks (exact integers, then float32 steps super-block by super-block): equal bit
-    for bit, on every path, also when the last group of 16 rows is partly padding (90 rows)."""
-    ggml_type = next(t for t, n in NATIVE_TYPES.items() if n == type_name)
-    source = real_matrices[ggml_type]
-    weight = QuantWeight(ggml_type, rows, source.cols, np.ascontiguousarray(source.data[:rows]))
-    x = _activations(6, weight.cols, seed=4)
+def _k_quant_definition(weight: QuantWeight, x: torch.Tensor, type_name: str) -> torch.Tensor:
+    """The K-quant definition of ap_common.h computed in numpy from the GGUF's own blocks: exact
+    integers, then float32 steps super-block by super-block; [activation rows, weight rows]."""
     q, dx, s16, s32 = _quantized_activations(x)
-    nb = weight.cols // 256
+    rows, nb = weight.rows, weight.cols // 256
     d, dmin, scales, mins, values = _k_quant_values(weight.data.reshape(rows, nb, -1), type_name)
     xs = q.reshape(len(q), nb, 256)
-    per_scale = 32 if type_name == "Q4_K" else 16
-    weights = values if type_name == "Q4_K" else values - 32
+    with_minimums = type_name in ("Q4_K", "Q5_K")
+    per_scale = 32 if with_minimums else 16
+    weights = values if with_minimums else values - 32
     parts = np.einsum("nbji,mbji->nmbj", weights.reshape(rows, nb, -1, per_scale), xs.reshape(len(q), nb, -1, per_scale))
     isum = (scales[:, None] * parts).sum(-1)                                                 # [N, M, nb], exact
     expected = np.zeros((rows, len(q)), dtype=np.float32)
     for b in range(nb):
         step = (d[:, b, None] * dx[None, :, b]) * isum[..., b].astype(np.float32)
-        if type_name == "Q4_K":
+        if with_minimums:
             msum = (mins[:, None, b, :] * s32[None, :, 8 * b:8 * b + 8]).sum(-1)
             step = step - (dmin[:, b, None] * dx[None, :, b]) * msum.astype(np.float32)
         expected = expected + step
-    expected = torch.from_numpy(expected.T.copy())
+    return torch.from_numpy(expected.T.copy())
+
+
+@pytest.mark.parametrize("type_name", ["Q4_K", "Q5_K", "Q6_K"])
+@pytest.mark.parametrize("rows", [96, 90])
+def test_k_quants_follow_their_definition_bitwise(real_matrices, type_name, rows):
+    """The interleaved kernels against the definition in ap_common.h, computed here in numpy from
+    the GGUF's own blocks: equal bit for bit, on every path, also when the last group of 16 rows is
+    partly padding (90 rows)."""
+    ggml_type = next(t for t, n in NATIVE_TYPES.items() if n == type_name)
+    source = real_matrices[ggml_type]
+    weight = QuantWeight(ggml_type, rows, source.cols, np.ascontiguousarray(source.data[:rows]))
+    x = _activations(6, weight.cols, seed=4)
+    expected = _k_quant_definition(weight, x, type_name)
     group = LinearGroup([weight])
     for path in ("best", "avx2", "reference"):
         assert torch.equal(group(x, path=path)[0], expected), f"{type_name} {path} path differs from the definition"
+
+
+def test_q5_k_at_its_largest_values_stays_exact(real_matrices):
+    """Q5_K's values reach 31, where the AVX2 path's int16 pair sums would overflow over a whole
+    sub-block: every value 31 and every scale 63, against activations all +127 or all -127 (and a
+    row alternating), still the definition bit for bit on every path."""
+    source = real_matrices[13]
+    blocks = source.data.reshape(source.rows, -1, 176).copy()
+    blocks[..., 4:16] = 0xFF   # every six-bit scale and minimum 63
+    blocks[..., 16:] = 0xFF    # every fifth bit and nibble set: values 31
+    weight = QuantWeight(13, source.rows, source.cols, np.ascontiguousarray(blocks.reshape(source.rows, -1)))
+    x = torch.ones(3, weight.cols)
+    x[1] = -1.0
+    x[2, 1::2] = -1.0
+    expected = _k_quant_definition(weight, x, "Q5_K")
+    group = LinearGroup([weight])
+    for path in ("best", "avx2", "reference"):
+        assert torch.equal(group(x, path=path)[0], expected), f"Q5_K {path} path differs from the definition at 31"
 
 
 def _block32_values(blocks: np.ndarray, type_name: str):

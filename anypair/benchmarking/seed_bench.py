@@ -175,7 +175,7 @@ RESIDENT_PER_FILE_BYTE = {GGUF: 1.16, LLAMA_CPP: 1.75}
 def memory_needed(shape, engines: Sequence[str] = (GGUF, LLAMA_CPP), context: int = 0) -> int:
     """Bytes `engines` hold at once while the steps are timed: each one's measured share of the
     file, plus the F32 copy the gguf engine makes of every matrix of a type it has no kernel for
-    (phi3's Q5_K attn_qkv: 5.2 GB at Phi-3-medium's shape), plus each one's fp16 keys and values for
+    (none in the seed shapes' Q4_K_M mix since Q5_K has its kernel), plus each one's fp16 keys and values for
     `context` positions (CodeLlama-13B, no grouped KV: 3.3 GB each at 4,000)."""
     from anypair.kernels.ops import NATIVE_TYPES
     from anypair.zoo.seed_shapes import tensor_plan

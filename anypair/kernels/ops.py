@@ -1,7 +1,7 @@
 """Typed Python surface of the C kernels: weights held as their GGUF bytes, torch tensors in and out.
 
 `QuantWeight` is one [N, K] matrix in its GGUF type (memory-mapped bytes, never a float copy;
-Q4_1, Q5_0, Q8_0 and the K-quants Q4_K/Q6_K are rearranged once into the kernels' interleaved layout, 16 rows
+Q4_1, Q5_0, Q8_0 and the K-quants Q4_K/Q5_K/Q6_K are rearranged once into the kernels' interleaved layout, 16 rows
 per group, the same values in about as many bytes);
 `LinearGroup` multiplies activation rows by several matrices that read the same input (q/k/v,
 gate/up) in one call, quantizing the rows once. Types without a native kernel are dequantized once
@@ -25,9 +25,9 @@ from anypair.kernels.binding import ApWeight as _ApWeight
 from anypair.kernels.build import load_library
 
 #: ggml types with a kernel of their own (others are widened to F32 at load)
-NATIVE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 8: "Q8_0", 12: "Q4_K", 14: "Q6_K"}
+NATIVE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 8: "Q8_0", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K"}
 #: ggml types the kernels read in their interleaved layout (csrc/repack.c)
-INTERLEAVED_TYPES = {3, 6, 8, 12, 14}
+INTERLEAVED_TYPES = {3, 6, 8, 12, 13, 14}
 _F32 = 0
 #: which kernels a linear runs: the best compiled, the AVX2 path, or the scalar reference
 KernelPath = Literal["best", "reference", "avx2"]
@@ -65,7 +65,7 @@ class QuantWeight:
     #: the load's layout cache (kernels/packed_cache.py; this matrix's entry: `cache_key`); None: none
     layout: Optional[Any] = field(default=None, repr=False)  # a packed_cache.LayoutCache (passed in by the engine)
     cache_key: str = ""
-    #: the interleaved copy the kernels read (Q4_1/Q5_0/Q4_K/Q6_K), else None: `data` is read in place
+    #: the interleaved copy the kernels read (Q4_1/Q5_0/Q8_0/Q4_K/Q5_K/Q6_K), else None: `data` is read in place
     packed: Optional[np.ndarray] = field(init=False, default=None, repr=False)
     _struct: _ApWeight = field(init=False, repr=False)
 
@@ -138,7 +138,7 @@ def huge_page_bytes(size: int) -> np.ndarray:
 
 def _interleave(ggml_type: int, rows: np.ndarray, count: int, cols: int, layout: Optional[Any] = None,
                 key: str = "") -> tuple[int, np.ndarray, bool]:
-    """Q4_1/Q5_0/Q8_0/Q4_K/Q6_K rows -> (kernel type, interleaved bytes, whether repacked now): groups
+    """Q4_1/Q5_0/Q8_0/Q4_K/Q5_K/Q6_K rows -> (kernel type, interleaved bytes, whether repacked now): groups
     of 16 rows (csrc/repack.c), in anonymous huge pages; mapped or read from the load's layout cache
     where a previous load left them (then nothing is repacked, and the bytes are there once the layout's
     `finish()` has returned)."""

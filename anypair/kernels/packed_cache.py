@@ -1,6 +1,6 @@
 """The kernels' interleaved layout of a GGUF kept on disk, so that a second load maps it instead of repacking.
 
-At load the engine rearranges every Q4_1/Q5_0/Q8_0/Q4_K/Q6_K matrix into groups of 16 rows
+At load the engine rearranges every Q4_1/Q5_0/Q8_0/Q4_K/Q5_K/Q6_K matrix into groups of 16 rows
 (csrc/repack.c): for a 7B model that is seconds of work on 2 cores, and the result is a second copy of
 the weights. The first load of a file repacks into anonymous huge pages, and a background thread
 writes the result to a cache file. Later loads **map** the cache file read-only (`map_on_huge_pages`):

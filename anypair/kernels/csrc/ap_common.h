@@ -11,9 +11,9 @@
 // Two orders exist:
 // - Q4_0, Q8_0 and float weights (Q4_0 and floats in the file's row layout): 8 float lanes, lane i
 //   owns bytes 4i..4i+3 of each 32-element chunk, then one fixed reduction tree (ap_reduce8).
-// - K-quants (Q4_K, Q6_K), Q4_1 and Q5_0 (interleaved layout, 16 weight rows per group): one float
+// - K-quants (Q4_K, Q5_K, Q6_K), Q4_1 and Q5_0 (interleaved layout, 16 weight rows per group): one float
 //   accumulator per (weight row, activation row), one step per block (256 elements for the K-quants,
-//   32 for Q4_1 and Q5_0), see AP_Q4_K_G16, AP_Q4_1_G16 and AP_Q5_0_G16 below. Q8_0 is stored
+//   32 for Q4_1 and Q5_0), see AP_Q4_K_G16, AP_Q5_K_G16, AP_Q4_1_G16 and AP_Q5_0_G16 below. Q8_0 is stored
 //   interleaved too (AP_Q8_0_G16) but keeps the first order, per weight row.
 #ifndef ANYPAIR_COMMON_H
 #define ANYPAIR_COMMON_H
@@ -37,9 +37,10 @@ enum ap_path { AP_PATH_BEST = 0, AP_PATH_REFERENCE = 1, AP_PATH_AVX2 = 2 };
 // ggml type ids (gguf's GGMLQuantizationType)
 enum ap_type {
     AP_F32 = 0, AP_F16 = 1, AP_Q4_0 = 2, AP_Q4_1 = 3, AP_Q5_0 = 6, AP_Q8_0 = 8,
-    AP_Q4_K = 12, AP_Q6_K = 14,
-    // anypair's interleaved layouts (not ggml types): what ap_repack makes of Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K rows
-    AP_Q4_1_G16 = 103, AP_Q5_0_G16 = 106, AP_Q8_0_G16 = 108, AP_Q4_K_G16 = 112,
+    AP_Q4_K = 12, AP_Q5_K = 13, AP_Q6_K = 14,
+    // anypair's interleaved layouts (not ggml types): what ap_repack makes of Q4_1 / Q5_0 / Q8_0 / Q4_K / Q5_K /
+    // Q6_K rows
+    AP_Q4_1_G16 = 103, AP_Q5_0_G16 = 106, AP_Q8_0_G16 = 108, AP_Q4_K_G16 = 112, AP_Q5_K_G16 = 113,
     // Q6_K widened to one byte per value (see block_q6_K_i8)
     AP_Q6_K_I8 = 115,
 };
@@ -50,6 +51,7 @@ typedef struct { uint16_t d, m; uint8_t qs[16]; } block_q4_1;                   
 typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; } block_q5_0;         // 22 B / 32
 typedef struct { uint16_t d; int8_t qs[32]; } block_q8_0;                         // 34 B / 32
 typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } block_q4_K;   // 144 B / 256
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } block_q5_K;  // 176 B / 256
 typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; } block_q6_K;  // 210 B / 256
 
 // ---- the interleaved K-quant layout (llama.cpp's "repack" idea, with a bitwise order) ----------
@@ -61,7 +63,7 @@ typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d;
 //
 // The definition (every path, any number of activation rows): for weight row n, activation row r,
 //   acc = 0; for each super-block b in order:
-//     Q4_K: isum = sum_j sc[j] * (sum_{i in sub-block j} q_i * x_i)     (exact int, q_i in 0..15)
+//     Q4_K, Q5_K: isum = sum_j sc[j] * (sum_{i in sub-block j} q_i * x_i)  (exact int, q_i in 0..15 / 0..31)
 //           msum = sum_j mn[j] * s32[j]                                  (exact int)
 //           acc  = acc + ((d * dx) * (float)isum - (dmin * dx) * (float)msum)
 //     Q6_K: isum = sum_g sc[g] * (sum_{i in group g of 16} (q_i - 32) * x_i)   (exact int)
@@ -77,6 +79,17 @@ typedef struct {
     uint8_t mn[4][AP_GROUP][2];  // the minimums likewise (for vpdpwssd against pairs of s32)
     uint8_t qs[32][4 * AP_GROUP];
 } block_q4_K_g16;  // 2368 B per 16 rows (16 x 144 = 2304 in the file)
+// Q5_K (llama.cpp's Q4_K_M writes Phi-3's fused attn_qkv in it; every matrix of a Q5_K_M file): Q4_K's
+// layout with the fifth bits beside it, as Q5_0's: bit 2(t % 4) + s of qh[t / 4][4l + e] is the high bit of
+// element 8t + 4s + e of lane l, so sub-block j (steps 4j..4j+3) takes one 64-byte vector of them.
+// The definition is Q4_K's with q_i in 0..31.
+typedef struct {
+    uint16_t d[AP_GROUP], dmin[AP_GROUP];
+    uint8_t sc[4][AP_GROUP][2];
+    uint8_t mn[4][AP_GROUP][2];
+    uint8_t qh[8][4 * AP_GROUP];
+    uint8_t qs[32][4 * AP_GROUP];
+} block_q5_K_g16;  // 2880 B per 16 rows (16 x 176 = 2816 in the file)
 // Q6_K with its values widened to bytes (0..63, offset not applied), 16 rows per group as above:
 //   q[t][s][4l + e] = value of element 8t + 4s + e of lane l   (t = 0..31, s = 0..1, e = 0..3)
 // 30% more bytes than the file's 6 bits (4384 B against 3360 per 16 rows and super-block), but
@@ -129,12 +142,14 @@ typedef struct {
 } block_q8_0_g16;  // 544 B per 16 rows, as in the file
 
 static inline int ap_is_grouped(int type) {
-    return type == AP_Q4_1_G16 || type == AP_Q5_0_G16 || type == AP_Q8_0_G16 || type == AP_Q4_K_G16 || type == AP_Q6_K_I8;
+    return type == AP_Q4_1_G16 || type == AP_Q5_0_G16 || type == AP_Q8_0_G16 || type == AP_Q4_K_G16
+        || type == AP_Q5_K_G16 || type == AP_Q6_K_I8;
 }
 static inline size_t ap_group_bytes(int type) {  // one group's block (super-block for the K-quants)
     return type == AP_Q4_1_G16 ? sizeof(block_q4_1_g16) : type == AP_Q5_0_G16 ? sizeof(block_q5_0_g16)
          : type == AP_Q8_0_G16 ? sizeof(block_q8_0_g16)
-         : type == AP_Q4_K_G16 ? sizeof(block_q4_K_g16) : sizeof(block_q6_K_i8);
+         : type == AP_Q4_K_G16 ? sizeof(block_q4_K_g16) : type == AP_Q5_K_G16 ? sizeof(block_q5_K_g16)
+         : sizeof(block_q6_K_i8);
 }
 static inline int ap_group_cols(int type) {  // columns one group block covers
     return type == AP_Q4_1_G16 || type == AP_Q5_0_G16 || type == AP_Q8_0_G16 ? 32 : 256;
@@ -154,7 +169,7 @@ typedef struct {
 } ap_act;
 
 // One weight matrix [N][K]: in its GGUF type, rows contiguous (row_bytes each), or for the
-// K-quants in the interleaved layout (type AP_Q4_K_G16 / AP_Q6_K_I8: groups of 16 rows, each
+// K-quants in the interleaved layout (type AP_Q4_K_G16 / AP_Q5_K_G16 / AP_Q6_K_I8: groups of 16 rows, each
 // K/256 group super-blocks; row_bytes is then the GGUF row's size, for reference).
 typedef struct {
     int type, N, K;
@@ -247,10 +262,15 @@ ap_group_fn ap_group_avx2(int type);
 ap_group_fn ap_group_avx512(int type);
 int ap_act_block(int type);  // 256 / 32 / 0 (float rows)
 
-// value of element e (0..255) of lane l in a group super-block: Q4_K 0..15, Q6_K 0..63 (offset not applied)
+// value of element e (0..255) of lane l in a group super-block: Q4_K 0..15, Q5_K 0..31, Q6_K 0..63 (offset not applied)
 static inline int ap_q4k_g16_value(const block_q4_K_g16 *g, int l, int e) {
     const uint8_t byte = g->qs[e / 8][4 * l + e % 4];
     return (e % 8) < 4 ? (byte & 15) : (byte >> 4);
+}
+static inline int ap_q5k_g16_value(const block_q5_K_g16 *g, int l, int e) {  // 0..31
+    const uint8_t byte = g->qs[e / 8][4 * l + e % 4];
+    const int high = (g->qh[e / 32][4 * l + e % 4] >> (2 * ((e / 8) % 4) + (e % 8) / 4)) & 1;
+    return ((e % 8) < 4 ? (byte & 15) : (byte >> 4)) | (high << 4);
 }
 static inline int ap_q4_1_g16_value(const block_q4_1_g16 *g, int l, int e) {  // e = 0..31
     const uint8_t byte = g->qs[e / 8][4 * l + e % 4];

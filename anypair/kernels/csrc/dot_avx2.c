@@ -145,6 +145,75 @@ static void group_q4_K_avx2(const uint8_t *group, const ap_act *a, int r0, int R
     }
 }
 
+// Q5_K, one super-block, half `half`: Q4_K's walk with the fifth bits ORed in (as Q5_0's). Values up to 31
+// overflow int16 over 4 steps (4 x 2 x 2 x 31 x 127 > 2^15), so each sub-block's pair sums are taken 2 steps
+// at a time (exact: 31,496) and madd'ed with the scale twice
+AP_INLINE void q5_K_superblock_rows(const block_q5_K_g16 *gb, int half, const __m256i scale[8], const ap_act *a, int row0,
+                                    int RR, int b, float *out) {
+    const int lane0 = 8 * half;
+    const __m256i low4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    __m256i isum[AVX2_TILE];
+    for (int r = 0; r < RR; r++) isum[r] = _mm256_setzero_si256();
+    for (int j = 0; j < 8; j++) {
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(gb->qh[j] + 4 * lane0));
+        for (int pair = 0; pair < 2; pair++) {
+            __m256i part[AVX2_TILE];
+            for (int r = 0; r < RR; r++) part[r] = _mm256_setzero_si256();
+            for (int t = 4 * j + 2 * pair; t < 4 * j + 2 * pair + 2; t++) {
+                const int bit = 2 * (t % 4);
+                const __m256i packed = _mm256_loadu_si256((const __m256i *)(gb->qs[t] + 4 * lane0));
+                const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, bit), one), 4);
+                const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, bit + 1), one), 4);
+                const __m256i q0 = _mm256_or_si256(_mm256_and_si256(packed, low4), h0);
+                const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(packed, 4), low4), h1);
+                for (int r = 0; r < RR; r++)
+                    part[r] = _mm256_add_epi16(part[r], step_products(q0, q1, a->q + (size_t)(row0 + r) * a->K + 256 * b + 8 * t));
+            }
+            for (int r = 0; r < RR; r++) isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(part[r], scale[j]));
+        }
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->d + lane0)));
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->dmin + lane0)));
+    for (int r = 0; r < RR; r++) {
+        const size_t row = (size_t)(row0 + r);
+        const int16_t *s32 = a->s32 + row * (a->K / 32) + 8 * b;
+        __m256i msum = _mm256_setzero_si256();
+        for (int p = 0; p < 4; p++)
+            msum = _mm256_add_epi32(msum, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)gb->mn[p][lane0])),
+                                                            broadcast4((const int8_t *)(s32 + 2 * p))));
+        const __m256 dx = _mm256_set1_ps(a->d[row * (a->K / 256) + b]);
+        float *acc = out + (row0 + r) * AP_GROUP + lane0;
+        _mm256_storeu_ps(acc, _mm256_add_ps(_mm256_loadu_ps(acc), _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[r])),
+                                                                               _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(msum)))));
+    }
+}
+
+static void group_q5_K_avx2(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
+    const block_q5_K_g16 *g = (const block_q5_K_g16 *)group;
+    memset(out, 0, sizeof(float) * (size_t)R * AP_GROUP);
+    float *o = out - (size_t)r0 * AP_GROUP;  // indexed by absolute row below
+    for (int b = 0; b < a->K / 256; b++) {
+        const block_q5_K_g16 *gb = &g[b];
+        prefetch_ahead(gb, sizeof(*gb));
+        for (int half = 0; half < 2; half++) {
+            __m256i scale[8];
+            for (int p = 0; p < 4; p++) {
+                const __m256i pair = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)gb->sc[p][8 * half]));
+                scale[2 * p] = both_halves_even(pair);
+                scale[2 * p + 1] = both_halves_odd(pair);
+            }
+            for (int rt = r0; rt < r0 + R; rt += AVX2_TILE) {
+                switch (r0 + R - rt) {
+                    case 1: q5_K_superblock_rows(gb, half, scale, a, rt, 1, b, o); break;
+                    case 2: q5_K_superblock_rows(gb, half, scale, a, rt, 2, b, o); break;
+                    case 3: q5_K_superblock_rows(gb, half, scale, a, rt, 3, b, o); break;
+                    default: q5_K_superblock_rows(gb, half, scale, a, rt, 4, b, o); break;
+                }
+            }
+        }
+    }
+}
+
 // Q6_K as bytes (block_q6_K_i8), one super-block, half `half` (8 lanes), activation rows row0..row0+RR-1
 // (RR <= 4): the offset of 32 from the activations' sums of 16, then each step's int16 pair sums times
 // the group's scale
@@ -354,6 +423,7 @@ ap_group_fn ap_group_avx2(int type) {
         case AP_Q5_0_G16: return group_q5_0_avx2;
         case AP_Q8_0_G16: return group_q8_0_avx2;
         case AP_Q4_K_G16: return group_q4_K_avx2;
+        case AP_Q5_K_G16: return group_q5_K_avx2;
         case AP_Q6_K_I8: return group_q6_K_i8_avx2;
         default: return NULL;
     }

@@ -4,7 +4,7 @@
 // Row types: weight row `w` (one GGUF row of K values) against activation rows r0..r0+R-1. Integer
 // sums inside a block are exact; float lanes acc[i] collect, block by block, the block's scale times
 // the int sum of the products at bytes 4i..4i+3 of each 32-element chunk.
-// Interleaved types (Q4_1, Q5_0, Q8_0, Q4_K, Q6_K): a group of 16 weight rows against R activation rows, out[r][lane].
+// Interleaved types (Q4_1, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K): a group of 16 weight rows against R activation rows, out[r][lane].
 #include "ap_common.h"
 
 // int sum of w*x over the 4 elements of lane i in a 32-element chunk
@@ -113,6 +113,29 @@ static void group_q4_K_ref(const uint8_t *group, const ap_act *a, int r0, int R,
     }
 }
 
+static void group_q5_K_ref(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
+    const block_q5_K_g16 *g = (const block_q5_K_g16 *)group; const int nb = a->K / 256;
+    for (int r = 0; r < R; r++) {
+        const size_t row = (size_t)(r0 + r);
+        const int8_t *x = a->q + row * a->K; const float *dx = a->d + row * nb; const int16_t *s32 = a->s32 + row * (a->K / 32);
+        for (int l = 0; l < AP_GROUP; l++) {
+            float acc = 0.0f;
+            for (int b = 0; b < nb; b++) {
+                int isum = 0, msum = 0;
+                for (int j = 0; j < 8; j++) {
+                    int part = 0;
+                    for (int i = 32 * j; i < 32 * j + 32; i++) part += ap_q5k_g16_value(&g[b], l, i) * x[256 * b + i];
+                    isum += g[b].sc[j / 2][l][j % 2] * part;
+                    msum += g[b].mn[j / 2][l][j % 2] * s32[8 * b + j];
+                }
+                const float d = ap_h2f(g[b].d[l]), dmin = ap_h2f(g[b].dmin[l]);
+                acc = acc + ((d * dx[b]) * (float)isum - (dmin * dx[b]) * (float)msum);
+            }
+            out[r * AP_GROUP + l] = acc;
+        }
+    }
+}
+
 static void group_q6_K_i8_ref(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
     const block_q6_K_i8 *g = (const block_q6_K_i8 *)group; const int nb = a->K / 256;
     for (int r = 0; r < R; r++) {
@@ -158,7 +181,7 @@ static void dot_f16_ref(const uint8_t *wrow, const ap_act *a, int r0, int R, flo
 
 int ap_act_block(int type) {
     switch (type) {
-        case AP_Q4_K_G16: case AP_Q6_K_I8: return 256;
+        case AP_Q4_K_G16: case AP_Q5_K_G16: case AP_Q6_K_I8: return 256;
         case AP_Q4_0: case AP_Q4_1_G16: case AP_Q5_0_G16: case AP_Q8_0_G16: return 32;
         default: return 0;
     }
@@ -179,6 +202,7 @@ ap_group_fn ap_group_ref(int type) {
         case AP_Q5_0_G16: return group_q5_0_ref;
         case AP_Q8_0_G16: return group_q8_0_ref;
         case AP_Q4_K_G16: return group_q4_K_ref;
+        case AP_Q5_K_G16: return group_q5_K_ref;
         case AP_Q6_K_I8: return group_q6_K_i8_ref;
         default: return NULL;
     }

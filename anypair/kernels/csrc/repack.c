@@ -1,5 +1,5 @@
 // The interleaved layouts (ap_common.h: block_q4_1_g16, block_q5_0_g16, block_q8_0_g16, block_q4_K_g16,
-// block_q6_K_i8): made once
+// block_q5_K_g16, block_q6_K_i8): made once
 // at load from the GGUF's rows, and read back per row for the embedding gather and the tests.
 //
 // Only the arrangement changes: every value, scale and minimum is the file's, so the products are
@@ -10,7 +10,7 @@
 #include "ap_api.h"
 
 static int grouped_type(int ggml_type) {
-    return ggml_type == AP_Q4_K ? AP_Q4_K_G16 : ggml_type == AP_Q6_K ? AP_Q6_K_I8
+    return ggml_type == AP_Q4_K ? AP_Q4_K_G16 : ggml_type == AP_Q5_K ? AP_Q5_K_G16 : ggml_type == AP_Q6_K ? AP_Q6_K_I8
          : ggml_type == AP_Q4_1 ? AP_Q4_1_G16 : ggml_type == AP_Q5_0 ? AP_Q5_0_G16
          : ggml_type == AP_Q8_0 ? AP_Q8_0_G16 : -1;
 }
@@ -40,6 +40,30 @@ static void pack_q4_K(const block_q4_K *rows[AP_GROUP], int b, block_q4_K_g16 *g
         for (int c = 0; c < 4; c++)  // 32 bytes: sub-block 2c in the low nibbles, 2c+1 in the high
             for (int i = 0; i < 32; i++) { v[64 * c + i] = blk->qs[32 * c + i] & 15; v[64 * c + 32 + i] = blk->qs[32 * c + i] >> 4; }
         scatter_nibbles(v, 32, l, g->qs);
+    }
+}
+
+// Q5_K: ggml's element 64c + i has its low bits in the low nibble of qs[32c + i] and its fifth in bit 2c of
+// qh[i]; element 64c + 32 + i the high nibble and bit 2c + 1 (dequantize_row_q5_K)
+static void pack_q5_K(const block_q5_K *rows[AP_GROUP], int b, block_q5_K_g16 *g) {
+    memset(g, 0, sizeof(*g));
+    for (int l = 0; l < AP_GROUP; l++) {
+        if (!rows[l]) continue;  // past N: zero block
+        const block_q5_K *blk = &rows[l][b];
+        uint8_t sc[8], mn[8], v[256];
+        ap_q4k_scales(blk->scales, sc, mn);
+        g->d[l] = blk->d; g->dmin[l] = blk->dmin;
+        for (int j = 0; j < 8; j++) { g->sc[j / 2][l][j % 2] = sc[j]; g->mn[j / 2][l][j % 2] = mn[j]; }
+        for (int c = 0; c < 4; c++)
+            for (int i = 0; i < 32; i++) {
+                v[64 * c + i] = (uint8_t)((blk->qs[32 * c + i] & 15) | (((blk->qh[i] >> (2 * c)) & 1) << 4));
+                v[64 * c + 32 + i] = (uint8_t)((blk->qs[32 * c + i] >> 4) | (((blk->qh[i] >> (2 * c + 1)) & 1) << 4));
+            }
+        scatter_nibbles(v, 32, l, g->qs);
+        for (int t = 0; t < 32; t++)
+            for (int s = 0; s < 2; s++)
+                for (int e = 0; e < 4; e++)
+                    g->qh[t / 4][4 * l + e] |= (uint8_t)((v[8 * t + 4 * s + e] >> 4) << (2 * (t % 4) + s));
     }
 }
 
@@ -110,7 +134,7 @@ static void pack_q6_K_i8(const block_q6_K *rows[AP_GROUP], int b, block_q6_K_i8 
     }
 }
 
-// Rows [N][row_bytes] of a Q4_1, Q5_0, Q8_0, Q4_K or Q6_K matrix into `out` (ap_packed_bytes bytes). Returns
+// Rows [N][row_bytes] of a Q4_1, Q5_0, Q8_0, Q4_K, Q5_K or Q6_K matrix into `out` (ap_packed_bytes bytes). Returns
 // the interleaved type, or -1 for a type or shape without one.
 int ap_repack(int ggml_type, const uint8_t *rows, size_t row_bytes, int N, int K, uint8_t *out, int nthreads) {
     const int type = grouped_type(ggml_type);
@@ -131,13 +155,14 @@ int ap_repack(int ggml_type, const uint8_t *rows, size_t row_bytes, int N, int K
             else if (type == AP_Q5_0_G16) pack_q5_0((const block_q5_0 **)members, b, (block_q5_0_g16 *)dst);
             else if (type == AP_Q8_0_G16) pack_q8_0((const block_q8_0 **)members, b, (block_q8_0_g16 *)dst);
             else if (type == AP_Q4_K_G16) pack_q4_K((const block_q4_K **)members, b, (block_q4_K_g16 *)dst);
+            else if (type == AP_Q5_K_G16) pack_q5_K((const block_q5_K **)members, b, (block_q5_K_g16 *)dst);
             else pack_q6_K_i8((const block_q6_K **)members, b, (block_q6_K_i8 *)dst);
         }
     }
     return type;
 }
 
-// the interleaved type a Q4_1/Q5_0/Q8_0/Q4_K/Q6_K matrix is read in (-1: none): a copy mapped from the
+// the interleaved type a Q4_1/Q5_0/Q8_0/Q4_K/Q5_K/Q6_K matrix is read in (-1: none): a copy mapped from the
 // layout cache (anypair/kernels/packed_cache.py) was made by ap_repack, so its type is this one
 int ap_packed_type(int ggml_type) { return grouped_type(ggml_type); }
 
@@ -190,6 +215,13 @@ void ap_grouped_dequant_row(const ap_weight *w, int n, float *y) {
             for (int e = 0; e < 256; e++) {
                 const int j = e / 32;
                 o[e] = d * g->sc[j / 2][l][j % 2] * ap_q4k_g16_value(g, l, e) - dmin * g->mn[j / 2][l][j % 2];
+            }
+        } else if (w->type == AP_Q5_K_G16) {
+            const block_q5_K_g16 *g = (const block_q5_K_g16 *)group + b;
+            const float d = ap_h2f(g->d[l]), dmin = ap_h2f(g->dmin[l]);
+            for (int e = 0; e < 256; e++) {
+                const int j = e / 32;
+                o[e] = d * g->sc[j / 2][l][j % 2] * ap_q5k_g16_value(g, l, e) - dmin * g->mn[j / 2][l][j % 2];
             }
         } else {  // AP_Q6_K_I8
             const block_q6_K_i8 *g = (const block_q6_K_i8 *)group + b;
