@@ -80,15 +80,12 @@ typedef struct {
     uint8_t qs[32][4 * AP_GROUP];
 } block_q4_K_g16;  // 2368 B per 16 rows (16 x 144 = 2304 in the file)
 // Q5_K (llama.cpp's Q4_K_M writes Phi-3's fused attn_qkv in it; every matrix of a Q5_K_M file): Q4_K's
-// layout with the fifth bits beside it, as Q5_0's: bit 2(t % 4) + s of qh[t / 4][4l + e] is the high bit of
-// element 8t + 4s + e of lane l, so sub-block j (steps 4j..4j+3) takes one 64-byte vector of them.
-// The definition is Q4_K's with q_i in 0..31.
+// group block of the low 4 bits, then the fifth bits, as Q5_0's: bit 2(t % 4) + s of qh[t / 4][4l + e] is
+// the high bit of element 8t + 4s + e of lane l, so sub-block j (steps 4j..4j+3) takes one 64-byte vector
+// of them. The definition is Q4_K's with q_i in 0..31; one kernel per path serves both (`fifth`).
 typedef struct {
-    uint16_t d[AP_GROUP], dmin[AP_GROUP];
-    uint8_t sc[4][AP_GROUP][2];
-    uint8_t mn[4][AP_GROUP][2];
+    block_q4_K_g16 k4;
     uint8_t qh[8][4 * AP_GROUP];
-    uint8_t qs[32][4 * AP_GROUP];
 } block_q5_K_g16;  // 2880 B per 16 rows (16 x 176 = 2816 in the file)
 // Q6_K with its values widened to bytes (0..63, offset not applied), 16 rows per group as above:
 //   q[t][s][4l + e] = value of element 8t + 4s + e of lane l   (t = 0..31, s = 0..1, e = 0..3)
@@ -268,9 +265,19 @@ static inline int ap_q4k_g16_value(const block_q4_K_g16 *g, int l, int e) {
     return (e % 8) < 4 ? (byte & 15) : (byte >> 4);
 }
 static inline int ap_q5k_g16_value(const block_q5_K_g16 *g, int l, int e) {  // 0..31
-    const uint8_t byte = g->qs[e / 8][4 * l + e % 4];
     const int high = (g->qh[e / 32][4 * l + e % 4] >> (2 * ((e / 8) % 4) + (e % 8) / 4)) & 1;
-    return ((e % 8) < 4 ? (byte & 15) : (byte >> 4)) | (high << 4);
+    return ap_q4k_g16_value(&g->k4, l, e) | (high << 4);
+}
+// Q4_K's or Q5_K's block b of a group: the Q4_K part, and the fifth bits (NULL for Q4_K)
+static inline const block_q4_K_g16 *ap_k_block(const uint8_t *group, int fifth, int b) {
+    return fifth ? &((const block_q5_K_g16 *)group)[b].k4 : &((const block_q4_K_g16 *)group)[b];
+}
+static inline const uint8_t (*ap_k_fifth_bits(const uint8_t *group, int fifth, int b))[4 * AP_GROUP] {
+    return fifth ? ((const block_q5_K_g16 *)group)[b].qh : NULL;
+}
+static inline int ap_k_value(const uint8_t *group, int fifth, int b, int l, int e) {  // 0..15 or 0..31
+    return fifth ? ap_q5k_g16_value((const block_q5_K_g16 *)group + b, l, e)
+                 : ap_q4k_g16_value((const block_q4_K_g16 *)group + b, l, e);
 }
 static inline int ap_q4_1_g16_value(const block_q4_1_g16 *g, int l, int e) {  // e = 0..31
     const uint8_t byte = g->qs[e / 8][4 * l + e % 4];

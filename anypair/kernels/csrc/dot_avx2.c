@@ -84,88 +84,29 @@ AP_INLINE void prefetch_ahead(const void *block, size_t bytes) {
 // super-block). Each row's integer sums are exact, and its float step is the definition's, so the
 // tiling changes no bit.
 
-// one super-block of Q4_K, half `half`, activation rows row0..row0+RR-1 (RR <= 4)
-AP_INLINE void q4_K_superblock_rows(const block_q4_K_g16 *gb, int half, const __m256i scale[8], const ap_act *a, int row0,
-                                    int RR, int b, float *out) {
-    const int lane0 = 8 * half;
-    const __m256i low4 = _mm256_set1_epi8(15);
-    __m256i isum[AVX2_TILE];
-    for (int r = 0; r < RR; r++) isum[r] = _mm256_setzero_si256();
-    for (int j = 0; j < 8; j++) {
-        __m256i part[AVX2_TILE];
-        for (int r = 0; r < RR; r++) part[r] = _mm256_setzero_si256();
-        for (int t = 4 * j; t < 4 * j + 4; t++) {
-            const __m256i packed = _mm256_loadu_si256((const __m256i *)(gb->qs[t] + 4 * lane0));
-            const __m256i q0 = _mm256_and_si256(packed, low4), q1 = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
-            for (int r = 0; r < RR; r++)
-                part[r] = _mm256_add_epi16(part[r], step_products(q0, q1, a->q + (size_t)(row0 + r) * a->K + 256 * b + 8 * t));
-        }
-        for (int r = 0; r < RR; r++) isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(part[r], scale[j]));
-    }
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->d + lane0)));
-    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->dmin + lane0)));
-    for (int r = 0; r < RR; r++) {
-        const size_t row = (size_t)(row0 + r);
-        const int16_t *s32 = a->s32 + row * (a->K / 32) + 8 * b;
-        __m256i msum = _mm256_setzero_si256();
-        for (int p = 0; p < 4; p++)
-            msum = _mm256_add_epi32(msum, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)gb->mn[p][lane0])),
-                                                            broadcast4((const int8_t *)(s32 + 2 * p))));
-        const __m256 dx = _mm256_set1_ps(a->d[row * (a->K / 256) + b]);
-        float *acc = out + (row0 + r) * AP_GROUP + lane0;
-        _mm256_storeu_ps(acc, _mm256_add_ps(_mm256_loadu_ps(acc), _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[r])),
-                                                                               _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(msum)))));
-    }
-}
-
-// out[r][l] for activation rows r0..r0+R-1 (any R), relative to r0
-static void group_q4_K_avx2(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
-    const block_q4_K_g16 *g = (const block_q4_K_g16 *)group;
-    memset(out, 0, sizeof(float) * (size_t)R * AP_GROUP);
-    float *o = out - (size_t)r0 * AP_GROUP;  // indexed by absolute row below
-    for (int b = 0; b < a->K / 256; b++) {
-        const block_q4_K_g16 *gb = &g[b];
-        prefetch_ahead(gb, sizeof(*gb));
-        for (int half = 0; half < 2; half++) {
-            __m256i scale[8];
-            for (int p = 0; p < 4; p++) {
-                const __m256i pair = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)gb->sc[p][8 * half]));
-                scale[2 * p] = both_halves_even(pair);
-                scale[2 * p + 1] = both_halves_odd(pair);
-            }
-            for (int rt = r0; rt < r0 + R; rt += AVX2_TILE) {
-                switch (r0 + R - rt) {  // a constant tile size per call, so the row loops unroll
-                    case 1: q4_K_superblock_rows(gb, half, scale, a, rt, 1, b, o); break;
-                    case 2: q4_K_superblock_rows(gb, half, scale, a, rt, 2, b, o); break;
-                    case 3: q4_K_superblock_rows(gb, half, scale, a, rt, 3, b, o); break;
-                    default: q4_K_superblock_rows(gb, half, scale, a, rt, 4, b, o); break;
-                }
-            }
-        }
-    }
-}
-
-// Q5_K, one super-block, half `half`: Q4_K's walk with the fifth bits ORed in (as Q5_0's). Values up to 31
-// overflow int16 over 4 steps (4 x 2 x 2 x 31 x 127 > 2^15), so each sub-block's pair sums are taken 2 steps
-// at a time (exact: 31,496) and madd'ed with the scale twice
-AP_INLINE void q5_K_superblock_rows(const block_q5_K_g16 *gb, int half, const __m256i scale[8], const ap_act *a, int row0,
-                                    int RR, int b, float *out) {
-    const int lane0 = 8 * half;
+// one super-block of Q4_K, or of Q5_K (`fifth`: its fifth bits, ORed in as Q5_0's), half `half`, activation
+// rows row0..row0+RR-1 (RR <= 4). Q5_K's values up to 31 would overflow int16 over a sub-block's 4 steps
+// (4 x 2 x 2 x 31 x 127 > 2^15), so its pair sums are taken 2 steps at a time (exact: 31,496) and madd'ed
+// with the scale twice
+AP_INLINE void k_superblock_rows(const block_q4_K_g16 *gb, const uint8_t (*fifth_bits)[4 * AP_GROUP], int half,
+                                 const __m256i scale[8], const ap_act *a, int row0, int RR, int b, float *out) {
+    const int lane0 = 8 * half, steps = fifth_bits ? 2 : 4;
     const __m256i low4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
     __m256i isum[AVX2_TILE];
     for (int r = 0; r < RR; r++) isum[r] = _mm256_setzero_si256();
     for (int j = 0; j < 8; j++) {
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)(gb->qh[j] + 4 * lane0));
-        for (int pair = 0; pair < 2; pair++) {
+        __m256i qh = fifth_bits ? _mm256_loadu_si256((const __m256i *)(fifth_bits[j] + 4 * lane0)) : _mm256_setzero_si256();
+        for (int t0 = 4 * j; t0 < 4 * j + 4; t0 += steps) {
             __m256i part[AVX2_TILE];
             for (int r = 0; r < RR; r++) part[r] = _mm256_setzero_si256();
-            for (int t = 4 * j + 2 * pair; t < 4 * j + 2 * pair + 2; t++) {
-                const int bit = 2 * (t % 4);
+            for (int t = t0; t < t0 + steps; t++) {
                 const __m256i packed = _mm256_loadu_si256((const __m256i *)(gb->qs[t] + 4 * lane0));
-                const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, bit), one), 4);
-                const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, bit + 1), one), 4);
-                const __m256i q0 = _mm256_or_si256(_mm256_and_si256(packed, low4), h0);
-                const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(packed, 4), low4), h1);
+                __m256i q0 = _mm256_and_si256(packed, low4), q1 = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
+                if (fifth_bits) {  // step t's bits are the low two of qh, shifted by 2 a step (constant shifts)
+                    q0 = _mm256_or_si256(q0, _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
+                    q1 = _mm256_or_si256(q1, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
+                    qh = _mm256_srli_epi16(qh, 2);
+                }
                 for (int r = 0; r < RR; r++)
                     part[r] = _mm256_add_epi16(part[r], step_products(q0, q1, a->q + (size_t)(row0 + r) * a->K + 256 * b + 8 * t));
             }
@@ -188,13 +129,14 @@ AP_INLINE void q5_K_superblock_rows(const block_q5_K_g16 *gb, int half, const __
     }
 }
 
-static void group_q5_K_avx2(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
-    const block_q5_K_g16 *g = (const block_q5_K_g16 *)group;
+// out[r][l] for activation rows r0..r0+R-1 (any R), relative to r0; Q4_K, or Q5_K with `fifth`
+AP_INLINE void group_k_avx2(const uint8_t *group, int fifth, const ap_act *a, int r0, int R, float *out) {
     memset(out, 0, sizeof(float) * (size_t)R * AP_GROUP);
     float *o = out - (size_t)r0 * AP_GROUP;  // indexed by absolute row below
     for (int b = 0; b < a->K / 256; b++) {
-        const block_q5_K_g16 *gb = &g[b];
-        prefetch_ahead(gb, sizeof(*gb));
+        const block_q4_K_g16 *gb = ap_k_block(group, fifth, b);
+        const uint8_t (*fifth_bits)[4 * AP_GROUP] = ap_k_fifth_bits(group, fifth, b);
+        prefetch_ahead(gb, fifth ? sizeof(block_q5_K_g16) : sizeof(block_q4_K_g16));
         for (int half = 0; half < 2; half++) {
             __m256i scale[8];
             for (int p = 0; p < 4; p++) {
@@ -203,15 +145,21 @@ static void group_q5_K_avx2(const uint8_t *group, const ap_act *a, int r0, int R
                 scale[2 * p + 1] = both_halves_odd(pair);
             }
             for (int rt = r0; rt < r0 + R; rt += AVX2_TILE) {
-                switch (r0 + R - rt) {
-                    case 1: q5_K_superblock_rows(gb, half, scale, a, rt, 1, b, o); break;
-                    case 2: q5_K_superblock_rows(gb, half, scale, a, rt, 2, b, o); break;
-                    case 3: q5_K_superblock_rows(gb, half, scale, a, rt, 3, b, o); break;
-                    default: q5_K_superblock_rows(gb, half, scale, a, rt, 4, b, o); break;
+                switch (r0 + R - rt) {  // a constant tile size per call, so the row loops unroll
+                    case 1: k_superblock_rows(gb, fifth_bits, half, scale, a, rt, 1, b, o); break;
+                    case 2: k_superblock_rows(gb, fifth_bits, half, scale, a, rt, 2, b, o); break;
+                    case 3: k_superblock_rows(gb, fifth_bits, half, scale, a, rt, 3, b, o); break;
+                    default: k_superblock_rows(gb, fifth_bits, half, scale, a, rt, 4, b, o); break;
                 }
             }
         }
     }
+}
+static void group_q4_K_avx2(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
+    group_k_avx2(group, 0, a, r0, R, out);
+}
+static void group_q5_K_avx2(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
+    group_k_avx2(group, 1, a, r0, R, out);
 }
 
 // Q6_K as bytes (block_q6_K_i8), one super-block, half `half` (8 lanes), activation rows row0..row0+RR-1

@@ -160,82 +160,44 @@ static void group_q8_0_avx512(const uint8_t *group, const ap_act *a, int r0, int
     }
 }
 
-AP_INLINE void group_q4_K_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
-    const block_q4_K_g16 *g = (const block_q4_K_g16 *)group; const int nb = a->K / 256;
-    const int prefetch_rows = ap_prefetch_min_rows;
-    __m512 acc[AP_ROW_TILE];
-    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-    const __m512i low4 = _mm512_set1_epi8(15), low16 = _mm512_set1_epi32(0xffff);
-    for (int b = 0; b < nb; b++) {
-        const block_q4_K_g16 *gb = &g[b];
-        __m512i isum[AP_ROW_TILE];
-        for (int r = 0; r < R; r++) isum[r] = _mm512_setzero_si512();
-        for (int p = 0; p < 4; p++) {
-            if (R >= prefetch_rows) prefetch_ahead(gb, sizeof(*gb), 64 * p);  // d, dmin, sc, mn
-            const __m512i pair = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)gb->sc[p]));
-            for (int h = 0; h < 2; h++) {
-                const int j = 2 * p + h;
-                const __m512i scale = h ? _mm512_srli_epi32(pair, 16) : _mm512_and_si512(pair, low16);
-                __m512i part[AP_ROW_TILE];
-                for (int r = 0; r < R; r++) part[r] = _mm512_setzero_si512();
-                #pragma GCC unroll 4
-                for (int t = 4 * j; t < 4 * j + 4; t++) {
-                    if (R >= prefetch_rows) prefetch_ahead(gb, sizeof(*gb), 320 + 64 * t);  // past d, dmin, sc, mn: qs
-                    const __m512i packed = _mm512_loadu_si512(gb->qs[t]);
-                    const __m512i q0 = _mm512_and_si512(packed, low4), q1 = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
-                    step_rows(part, q0, q1, a, r0, R, 256, b, t);
-                }
-                for (int r = 0; r < R; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(part[r], scale));
-            }
-        }
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb->d));
-        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb->dmin));
-        for (int r = 0; r < R; r++) {
-            const size_t row = (size_t)(r0 + r);
-            const int16_t *s32 = a->s32 + row * (a->K / 32) + 8 * b;
-            __m512i msum = _mm512_setzero_si512();
-            for (int p = 0; p < 4; p++)
-                msum = _mm512_dpwssd_epi32(msum, _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)gb->mn[p])),
-                                           broadcast4((const int8_t *)(s32 + 2 * p)));
-            const __m512 dx = _mm512_set1_ps(a->d[row * nb + b]);
-            acc[r] = _mm512_add_ps(acc[r], _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(isum[r])),
-                                                         _mm512_mul_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(msum))));
-        }
-    }
-    for (int r = 0; r < R; r++) _mm512_storeu_ps(out + r * AP_GROUP, acc[r]);
-}
-
-// Q5_K: Q4_K's tile with the fifth bits ORed in (as Q5_0's), one 64-byte vector of them per sub-block
-AP_INLINE void group_q5_K_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
-    const block_q5_K_g16 *g = (const block_q5_K_g16 *)group; const int nb = a->K / 256;
+// Q4_K, and Q5_K (`fifth`, a constant per caller: the fifth bits ORed in as Q5_0's, one 64-byte vector of
+// them per sub-block)
+AP_INLINE void group_k_tile(const uint8_t *group, int fifth, const ap_act *a, int r0, int R, float *out) {
+    const int nb = a->K / 256;
+    const size_t block_bytes = fifth ? sizeof(block_q5_K_g16) : sizeof(block_q4_K_g16);
     const int prefetch_rows = ap_prefetch_min_rows;
     __m512 acc[AP_ROW_TILE];
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     const __m512i low4 = _mm512_set1_epi8(15), one = _mm512_set1_epi8(1), low16 = _mm512_set1_epi32(0xffff);
     for (int b = 0; b < nb; b++) {
-        const block_q5_K_g16 *gb = &g[b];
+        const block_q4_K_g16 *gb = ap_k_block(group, fifth, b);
+        const uint8_t (*fifth_bits)[4 * AP_GROUP] = ap_k_fifth_bits(group, fifth, b);
         __m512i isum[AP_ROW_TILE];
         for (int r = 0; r < R; r++) isum[r] = _mm512_setzero_si512();
-        if (R >= prefetch_rows) prefetch_ahead(gb, sizeof(*gb), 256);  // the header's fifth line (mn)
+        if (fifth && R >= prefetch_rows) prefetch_ahead(gb, block_bytes, 256);  // the header's fifth line (mn)
         for (int p = 0; p < 4; p++) {
-            if (R >= prefetch_rows) prefetch_ahead(gb, sizeof(*gb), 64 * p);  // d, dmin, sc, mn
+            if (R >= prefetch_rows) prefetch_ahead(gb, block_bytes, 64 * p);  // d, dmin, sc, mn
             const __m512i pair = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)gb->sc[p]));
             for (int h = 0; h < 2; h++) {
                 const int j = 2 * p + h;
                 const __m512i scale = h ? _mm512_srli_epi32(pair, 16) : _mm512_and_si512(pair, low16);
-                if (R >= prefetch_rows) prefetch_ahead(gb, sizeof(*gb), 320 + 64 * j);  // qh[j]
-                const __m512i qh = _mm512_loadu_si512(gb->qh[j]);
+                __m512i qh = _mm512_setzero_si512();
+                if (fifth) {
+                    if (R >= prefetch_rows) prefetch_ahead(gb, block_bytes, sizeof(block_q4_K_g16) + 64 * j);  // qh[j]
+                    qh = _mm512_loadu_si512(fifth_bits[j]);
+                }
                 __m512i part[AP_ROW_TILE];
                 for (int r = 0; r < R; r++) part[r] = _mm512_setzero_si512();
                 #pragma GCC unroll 4
                 for (int t = 4 * j; t < 4 * j + 4; t++) {
-                    if (R >= prefetch_rows) prefetch_ahead(gb, sizeof(*gb), 832 + 64 * t);  // qs[t]
-                    const int bit = 2 * (t % 4);
+                    if (R >= prefetch_rows) prefetch_ahead(gb, block_bytes, 320 + 64 * t);  // past d, dmin, sc, mn: qs
                     const __m512i packed = _mm512_loadu_si512(gb->qs[t]);
-                    const __m512i h0 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, bit), one), 4);
-                    const __m512i h1 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, bit + 1), one), 4);
-                    const __m512i q0 = _mm512_or_si512(_mm512_and_si512(packed, low4), h0);
-                    const __m512i q1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(packed, 4), low4), h1);
+                    __m512i q0 = _mm512_and_si512(packed, low4), q1 = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
+                    if (fifth) {  // step t's bits are the low two of qh, shifted by 2 a step (constant shifts)
+                        q0 = _mm512_or_si512(q0, _mm512_slli_epi16(_mm512_and_si512(qh, one), 4));
+                        q1 = _mm512_or_si512(q1, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 1), one), 4));
+                        qh = _mm512_srli_epi16(qh, 2);
+                    }
                     step_rows(part, q0, q1, a, r0, R, 256, b, t);
                 }
                 for (int r = 0; r < R; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(part[r], scale));
@@ -325,8 +287,8 @@ AP_INLINE void group_q6_K_i8_tile(const uint8_t *group, const ap_act *a, int r0,
     }
 TILED(group_q4_1_avx512, group_q4_1_tile(group, a, r0, RR, out))
 TILED(group_q5_0_avx512, group_q5_0_tile(group, a, r0, RR, out))
-TILED(group_q4_K_avx512, group_q4_K_tile(group, a, r0, RR, out))
-TILED(group_q5_K_avx512, group_q5_K_tile(group, a, r0, RR, out))
+TILED(group_q4_K_avx512, group_k_tile(group, 0, a, r0, RR, out))
+TILED(group_q5_K_avx512, group_k_tile(group, 1, a, r0, RR, out))
 TILED(group_q6_K_i8_avx512, group_q6_K_i8_tile(group, a, r0, RR, out))
 
 ap_group_fn ap_group_avx512(int type) {

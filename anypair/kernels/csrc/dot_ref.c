@@ -90,50 +90,35 @@ static void group_q8_0_ref(const uint8_t *group, const ap_act *a, int r0, int R,
     }
 }
 
-static void group_q4_K_ref(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
-    const block_q4_K_g16 *g = (const block_q4_K_g16 *)group; const int nb = a->K / 256;
+// Q4_K and Q5_K (`fifth`: the layout with the fifth bits): Q4_K's definition, values 0..15 or 0..31
+static void group_k_ref(const uint8_t *group, int fifth, const ap_act *a, int r0, int R, float *out) {
+    const int nb = a->K / 256;
     for (int r = 0; r < R; r++) {
         const size_t row = (size_t)(r0 + r);
         const int8_t *x = a->q + row * a->K; const float *dx = a->d + row * nb; const int16_t *s32 = a->s32 + row * (a->K / 32);
         for (int l = 0; l < AP_GROUP; l++) {
             float acc = 0.0f;
             for (int b = 0; b < nb; b++) {
+                const block_q4_K_g16 *g = ap_k_block(group, fifth, b);
                 int isum = 0, msum = 0;
                 for (int j = 0; j < 8; j++) {
                     int part = 0;
-                    for (int i = 32 * j; i < 32 * j + 32; i++) part += ap_q4k_g16_value(&g[b], l, i) * x[256 * b + i];
-                    isum += g[b].sc[j / 2][l][j % 2] * part;
-                    msum += g[b].mn[j / 2][l][j % 2] * s32[8 * b + j];
+                    for (int i = 32 * j; i < 32 * j + 32; i++) part += ap_k_value(group, fifth, b, l, i) * x[256 * b + i];
+                    isum += g->sc[j / 2][l][j % 2] * part;
+                    msum += g->mn[j / 2][l][j % 2] * s32[8 * b + j];
                 }
-                const float d = ap_h2f(g[b].d[l]), dmin = ap_h2f(g[b].dmin[l]);
+                const float d = ap_h2f(g->d[l]), dmin = ap_h2f(g->dmin[l]);
                 acc = acc + ((d * dx[b]) * (float)isum - (dmin * dx[b]) * (float)msum);
             }
             out[r * AP_GROUP + l] = acc;
         }
     }
 }
-
+static void group_q4_K_ref(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
+    group_k_ref(group, 0, a, r0, R, out);
+}
 static void group_q5_K_ref(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
-    const block_q5_K_g16 *g = (const block_q5_K_g16 *)group; const int nb = a->K / 256;
-    for (int r = 0; r < R; r++) {
-        const size_t row = (size_t)(r0 + r);
-        const int8_t *x = a->q + row * a->K; const float *dx = a->d + row * nb; const int16_t *s32 = a->s32 + row * (a->K / 32);
-        for (int l = 0; l < AP_GROUP; l++) {
-            float acc = 0.0f;
-            for (int b = 0; b < nb; b++) {
-                int isum = 0, msum = 0;
-                for (int j = 0; j < 8; j++) {
-                    int part = 0;
-                    for (int i = 32 * j; i < 32 * j + 32; i++) part += ap_q5k_g16_value(&g[b], l, i) * x[256 * b + i];
-                    isum += g[b].sc[j / 2][l][j % 2] * part;
-                    msum += g[b].mn[j / 2][l][j % 2] * s32[8 * b + j];
-                }
-                const float d = ap_h2f(g[b].d[l]), dmin = ap_h2f(g[b].dmin[l]);
-                acc = acc + ((d * dx[b]) * (float)isum - (dmin * dx[b]) * (float)msum);
-            }
-            out[r * AP_GROUP + l] = acc;
-        }
-    }
+    group_k_ref(group, 1, a, r0, R, out);
 }
 
 static void group_q6_K_i8_ref(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {

@@ -28,18 +28,25 @@ static void scatter_nibbles(const uint8_t *v, int steps, int l, uint8_t (*qs)[4 
         for (int e = 0; e < 4; e++) qs[t][4 * l + e] = (uint8_t)((v[8 * t + e] & 15) | ((v[8 * t + 4 + e] & 15) << 4));
 }
 
+// lane l of a Q4_K group block: the block's scales, minimums and 4-bit values (the low 4 bits of `v`)
+static void pack_k_lane(uint16_t d, uint16_t dmin, const uint8_t scales[12], const uint8_t v[256], int l,
+                        block_q4_K_g16 *g) {
+    uint8_t sc[8], mn[8];
+    ap_q4k_scales(scales, sc, mn);
+    g->d[l] = d; g->dmin[l] = dmin;
+    for (int j = 0; j < 8; j++) { g->sc[j / 2][l][j % 2] = sc[j]; g->mn[j / 2][l][j % 2] = mn[j]; }
+    scatter_nibbles(v, 32, l, g->qs);
+}
+
 static void pack_q4_K(const block_q4_K *rows[AP_GROUP], int b, block_q4_K_g16 *g) {
     memset(g, 0, sizeof(*g));
     for (int l = 0; l < AP_GROUP; l++) {
         if (!rows[l]) continue;  // past N: zero block
         const block_q4_K *blk = &rows[l][b];
-        uint8_t sc[8], mn[8], v[256];
-        ap_q4k_scales(blk->scales, sc, mn);
-        g->d[l] = blk->d; g->dmin[l] = blk->dmin;
-        for (int j = 0; j < 8; j++) { g->sc[j / 2][l][j % 2] = sc[j]; g->mn[j / 2][l][j % 2] = mn[j]; }
+        uint8_t v[256];
         for (int c = 0; c < 4; c++)  // 32 bytes: sub-block 2c in the low nibbles, 2c+1 in the high
             for (int i = 0; i < 32; i++) { v[64 * c + i] = blk->qs[32 * c + i] & 15; v[64 * c + 32 + i] = blk->qs[32 * c + i] >> 4; }
-        scatter_nibbles(v, 32, l, g->qs);
+        pack_k_lane(blk->d, blk->dmin, blk->scales, v, l, g);
     }
 }
 
@@ -50,16 +57,13 @@ static void pack_q5_K(const block_q5_K *rows[AP_GROUP], int b, block_q5_K_g16 *g
     for (int l = 0; l < AP_GROUP; l++) {
         if (!rows[l]) continue;  // past N: zero block
         const block_q5_K *blk = &rows[l][b];
-        uint8_t sc[8], mn[8], v[256];
-        ap_q4k_scales(blk->scales, sc, mn);
-        g->d[l] = blk->d; g->dmin[l] = blk->dmin;
-        for (int j = 0; j < 8; j++) { g->sc[j / 2][l][j % 2] = sc[j]; g->mn[j / 2][l][j % 2] = mn[j]; }
+        uint8_t v[256];
         for (int c = 0; c < 4; c++)
             for (int i = 0; i < 32; i++) {
                 v[64 * c + i] = (uint8_t)((blk->qs[32 * c + i] & 15) | (((blk->qh[i] >> (2 * c)) & 1) << 4));
                 v[64 * c + 32 + i] = (uint8_t)((blk->qs[32 * c + i] >> 4) | (((blk->qh[i] >> (2 * c + 1)) & 1) << 4));
             }
-        scatter_nibbles(v, 32, l, g->qs);
+        pack_k_lane(blk->d, blk->dmin, blk->scales, v, l, &g->k4);
         for (int t = 0; t < 32; t++)
             for (int s = 0; s < 2; s++)
                 for (int e = 0; e < 4; e++)
@@ -209,19 +213,13 @@ void ap_grouped_dequant_row(const ap_weight *w, int n, float *y) {
             const block_q8_0_g16 *g = (const block_q8_0_g16 *)group + b;
             const float d = ap_h2f(g->d[l]);
             for (int e = 0; e < 32; e++) o[e] = d * ap_q8_0_g16_value(g, l, e);
-        } else if (w->type == AP_Q4_K_G16) {
-            const block_q4_K_g16 *g = (const block_q4_K_g16 *)group + b;
+        } else if (w->type == AP_Q4_K_G16 || w->type == AP_Q5_K_G16) {
+            const int fifth = w->type == AP_Q5_K_G16;
+            const block_q4_K_g16 *g = ap_k_block(group, fifth, b);
             const float d = ap_h2f(g->d[l]), dmin = ap_h2f(g->dmin[l]);
             for (int e = 0; e < 256; e++) {
                 const int j = e / 32;
-                o[e] = d * g->sc[j / 2][l][j % 2] * ap_q4k_g16_value(g, l, e) - dmin * g->mn[j / 2][l][j % 2];
-            }
-        } else if (w->type == AP_Q5_K_G16) {
-            const block_q5_K_g16 *g = (const block_q5_K_g16 *)group + b;
-            const float d = ap_h2f(g->d[l]), dmin = ap_h2f(g->dmin[l]);
-            for (int e = 0; e < 256; e++) {
-                const int j = e / 32;
-                o[e] = d * g->sc[j / 2][l][j % 2] * ap_q5k_g16_value(g, l, e) - dmin * g->mn[j / 2][l][j % 2];
+                o[e] = d * g->sc[j / 2][l][j % 2] * ap_k_value(group, fifth, b, l, e) - dmin * g->mn[j / 2][l][j % 2];
             }
         } else {  // AP_Q6_K_I8
             const block_q6_K_i8 *g = (const block_q6_K_i8 *)group + b;
