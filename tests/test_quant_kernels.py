@@ -9,6 +9,7 @@ minimums, every value 0..31 reached.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -284,6 +285,67 @@ def test_q5_k_at_its_largest_values_stays_exact(real_matrices):
     group = LinearGroup([weight])
     for path in ("best", "avx2", "reference"):
         assert torch.equal(group(x, path=path)[0], expected), f"Q5_K {path} path differs from the definition at 31"
+
+
+@contextlib.contextmanager
+def _q6k_layout(name: str):
+    """Q6_K matrices made inside are laid out as `name` ("bits" or "bytes"); the CPU's choice after."""
+    from anypair.kernels.build import Q6K_LAYOUTS
+
+    lib = load_library()
+    before = lib.ap_packed_type(14)
+    assert lib.ap_set_q6k_layout(Q6K_LAYOUTS[name]) == 0
+    try:
+        yield
+    finally:
+        lib.ap_set_q6k_layout(before)
+
+
+@pytest.mark.parametrize("rows", [96, 90])
+def test_q6_k_in_six_bits_or_in_bytes_gives_the_same_bits(real_matrices, rows):
+    """Q6_K's two layouts (block_q6_K_g16, the file's 6 bits; block_q6_K_i8, a byte a value; the CPU picks
+    one) follow one definition: each equals the definition computed in numpy, on every path, for 1 to 11
+    rows and a padded last group, and their dequantized rows (the embedding gather) are the same."""
+    source = real_matrices[14]
+    data = np.ascontiguousarray(source.data[:rows])
+    x = _activations(11, source.cols, seed=6)
+    results = {}
+    for layout in ("bits", "bytes"):
+        with _q6k_layout(layout):
+            weight = QuantWeight(14, rows, source.cols, data)
+        assert weight.nbytes == (rows + 15) // 16 * (source.cols // 256) * (3360 if layout == "bits" else 4384)
+        expected = _k_quant_definition(weight, x, "Q6_K")
+        group = LinearGroup([weight])
+        for path in ("best", "avx2", "reference"):
+            for k in (1, 3, 8, 11):
+                assert torch.equal(group(x[:k], path=path)[0], expected[:k]), f"Q6_K as {layout}, {path} path, {k} rows"
+        results[layout] = dequant_rows(weight, [0, 7, rows - 1])
+    assert torch.equal(results["bits"], results["bytes"])
+
+
+def test_the_q6_k_layout_is_the_cpus_and_can_be_set():
+    from anypair.errors import BackendError
+    from anypair.kernels.build import q6k_layout
+
+    assert q6k_layout("GenuineIntel", avx512=True) == "bits"
+    assert q6k_layout("GenuineIntel", avx512=False) == q6k_layout("AuthenticAMD", avx512=True) == "bytes"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ANYPAIR_Q6K_LAYOUT", "bytes")
+        assert q6k_layout("GenuineIntel") == "bytes"
+        patch.setenv("ANYPAIR_Q6K_LAYOUT", "nibbles")
+        with pytest.raises(BackendError, match="ANYPAIR_Q6K_LAYOUT must be one of bits, bytes"):
+            q6k_layout()
+    assert load_library().ap_set_q6k_layout(12) == -1  # not a Q6_K layout: refused, nothing changed
+
+
+def test_the_layout_caches_key_follows_the_q6_k_layout():
+    """A cache written with one Q6_K layout is never read with the other."""
+    from anypair.kernels.packed_cache import layout_key
+
+    with _q6k_layout("bits"):
+        bits = layout_key()
+    with _q6k_layout("bytes"):
+        assert layout_key() != bits
 
 
 def _block32_values(blocks: np.ndarray, type_name: str):

@@ -56,6 +56,7 @@ SIGNATURES: dict[str, tuple] = {
     "ap_packed_bytes": (ctypes.c_size_t, [_i, _i, _i]),
     "ap_repack": (_i, [_i, _p, ctypes.c_size_t, _i, _i, _p, _i]),
     "ap_packed_type": (_i, [_i]),
+    "ap_set_q6k_layout": (_i, [_i]),
     "ap_dequant_rows_raw": (_i, [_i, _p, ctypes.c_size_t, _i, _i, _p, _i, _p]),
     "ap_exp": (None, [_p, _p, _i, _i]),
     "ap_rmsnorm": (None, [_p, _p, _i, _i, _f, _p, _i]),

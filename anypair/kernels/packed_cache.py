@@ -19,8 +19,8 @@ file must not be truncated in place while a process uses it (anypair only ever r
 The cache is `$ANYPAIR_HOME/packed/<source key>-<layout key>.packed`:
 - source key: a hash of the GGUF's resolved path; its size and mtime are recorded in the file and
   checked at every load, so a GGUF replaced in place is repacked (and its old cache replaced);
-- layout key: a hash of csrc/repack.c, csrc/ap_common.h (the layouts and their structs) and FORMAT,
-  so an edit of the layout code never reads bytes laid out by the old one.
+- layout key: a hash of csrc/repack.c, csrc/ap_common.h (the layouts and their structs), FORMAT and
+  the CPU's Q6_K layout, so an edit of the layout code never reads bytes laid out by the old one.
 The file: one region per matrix, each on a 4 KiB boundary (the whole file is mapped at once, so 2 MB
 pages need no 2 MB regions: padding them cost 0.3 GB of RSS at gemma-2-9b's shape), then a JSON index,
 then a trailer (index offset, index length, MAGIC). It is written under a temporary name and renamed only once its bytes
@@ -68,8 +68,11 @@ def cache_enabled(option: Optional[bool] = None) -> bool:
 
 
 def layout_key() -> str:
-    """A hash of the code that decides the interleaved bytes: a change to it makes old caches unused."""
-    digest = hashlib.sha256(f"format {FORMAT}".encode())
+    """A hash of the code that decides the interleaved bytes and of this CPU's choice of Q6_K layout
+    (kernels/build.py: q6k_layout): a change to either makes old caches unused."""
+    from anypair.kernels.build import load_library
+
+    digest = hashlib.sha256(f"format {FORMAT} q6_K {load_library().ap_packed_type(14)}".encode())
     for name in ("repack.c", "ap_common.h"):
         digest.update((_SOURCES / name).read_bytes())
     return digest.hexdigest()[:12]

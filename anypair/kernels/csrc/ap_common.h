@@ -41,8 +41,9 @@ enum ap_type {
     // anypair's interleaved layouts (not ggml types): what ap_repack makes of Q4_1 / Q5_0 / Q8_0 / Q4_K / Q5_K /
     // Q6_K rows
     AP_Q4_1_G16 = 103, AP_Q5_0_G16 = 106, AP_Q8_0_G16 = 108, AP_Q4_K_G16 = 112, AP_Q5_K_G16 = 113,
-    // Q6_K widened to one byte per value (see block_q6_K_i8)
-    AP_Q6_K_I8 = 115,
+    // Q6_K in its 6 bits (block_q6_K_g16), or widened to one byte per value (block_q6_K_i8): the CPU decides
+    // (ap_set_q6k_layout); both give the same bits
+    AP_Q6_K_G16 = 114, AP_Q6_K_I8 = 115,
 };
 
 // GGUF blocks, byte for byte (ggml-common.h defines the same layouts)
@@ -100,6 +101,20 @@ typedef struct {
     int8_t sc[8][AP_GROUP][2];   // (sc[2p], sc[2p+1]) of lane l at [p][l]
     uint8_t q[32][2][4 * AP_GROUP];
 } block_q6_K_i8;  // 4384 B per 16 rows (3360 in the file)
+// Q6_K in its own 6 bits, 16 rows per group: the low 4 bits as Q4_K's nibbles, the high 2 in a plane beside
+// them, unpacked with constant shifts as Q5_K's fifth bits are:
+//   qs[t][4l + e] = (q(8t + e) & 15) | (q(8t + 4 + e) & 15) << 4
+//   bits 4(t % 2) + 2s, + 1 of qh[t / 2][4l + e] = q(8t + 4s + e) >> 4     (t = 0..31, s = 0..1, e = 0..3)
+// The file's size. Where a step is bound by the read rate it beats the byte layout (an Intel Xeon, 2
+// threads, AVX-512 VNNI: 0.84x its time at 1 to 8 rows); where unpacking is the bound it loses (Zen 4,
+// AVX2), so the CPU picks one (ap_set_q6k_layout, kernels/build.py). The definition is the one above:
+// the two layouts give the same bits.
+typedef struct {
+    uint16_t d[AP_GROUP];
+    int8_t sc[8][AP_GROUP][2];   // as block_q6_K_i8's
+    uint8_t qs[32][4 * AP_GROUP];
+    uint8_t qh[16][4 * AP_GROUP];
+} block_q6_K_g16;  // 3360 B per 16 rows, as in the file
 
 // Q4_1 (the blocks of small drafts such as SmolLM2's Q4_1 GGUF), the same arrangement per 32-element
 // block: 4 steps of 8 elements, qs[t][4l + e] = q(8t + e) | q(8t + 4 + e) << 4 (q in 0..15). The
@@ -140,13 +155,13 @@ typedef struct {
 
 static inline int ap_is_grouped(int type) {
     return type == AP_Q4_1_G16 || type == AP_Q5_0_G16 || type == AP_Q8_0_G16 || type == AP_Q4_K_G16
-        || type == AP_Q5_K_G16 || type == AP_Q6_K_I8;
+        || type == AP_Q5_K_G16 || type == AP_Q6_K_G16 || type == AP_Q6_K_I8;
 }
 static inline size_t ap_group_bytes(int type) {  // one group's block (super-block for the K-quants)
     return type == AP_Q4_1_G16 ? sizeof(block_q4_1_g16) : type == AP_Q5_0_G16 ? sizeof(block_q5_0_g16)
          : type == AP_Q8_0_G16 ? sizeof(block_q8_0_g16)
          : type == AP_Q4_K_G16 ? sizeof(block_q4_K_g16) : type == AP_Q5_K_G16 ? sizeof(block_q5_K_g16)
-         : sizeof(block_q6_K_i8);
+         : type == AP_Q6_K_G16 ? sizeof(block_q6_K_g16) : sizeof(block_q6_K_i8);
 }
 static inline int ap_group_cols(int type) {  // columns one group block covers
     return type == AP_Q4_1_G16 || type == AP_Q5_0_G16 || type == AP_Q8_0_G16 ? 32 : 256;
@@ -166,7 +181,7 @@ typedef struct {
 } ap_act;
 
 // One weight matrix [N][K]: in its GGUF type, rows contiguous (row_bytes each), or for the
-// K-quants in the interleaved layout (type AP_Q4_K_G16 / AP_Q5_K_G16 / AP_Q6_K_I8: groups of 16 rows, each
+// K-quants in the interleaved layout (type AP_Q4_K_G16 / AP_Q5_K_G16 / AP_Q6_K_G16 / AP_Q6_K_I8: groups of 16 rows, each
 // K/256 group super-blocks; row_bytes is then the GGUF row's size, for reference).
 typedef struct {
     int type, N, K;
@@ -293,6 +308,12 @@ static inline int ap_q8_0_g16_value(const block_q8_0_g16 *g, int l, int e) {  //
 }
 static inline int ap_q6k_i8_value(const block_q6_K_i8 *g, int l, int e) {
     return g->q[e / 8][(e % 8) / 4][4 * l + e % 4];
+}
+static inline int ap_q6k_g16_value(const block_q6_K_g16 *g, int l, int e) {
+    const int t = e / 8, s = (e % 8) / 4;
+    const uint8_t byte = g->qs[t][4 * l + e % 4];
+    const int high = (g->qh[t / 2][4 * l + e % 4] >> (4 * (t % 2) + 2 * s)) & 3;
+    return (s ? byte >> 4 : byte & 15) | (high << 4);
 }
 
 void ap_quantize_rows_ref(const float *x, int M, int K, int block, int8_t *q, float *d, int16_t *s16, int16_t *s32);

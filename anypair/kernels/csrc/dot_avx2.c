@@ -162,12 +162,15 @@ static void group_q5_K_avx2(const uint8_t *group, const ap_act *a, int r0, int R
     group_k_avx2(group, 1, a, r0, R, out);
 }
 
-// Q6_K as bytes (block_q6_K_i8), one super-block, half `half` (8 lanes), activation rows row0..row0+RR-1
-// (RR <= 4): the offset of 32 from the activations' sums of 16, then each step's int16 pair sums times
-// the group's scale
-AP_INLINE void q6_K_i8_superblock_rows(const block_q6_K_i8 *gb, int half, const __m256i pairs[8], const ap_act *a, int row0,
-                                       int RR, int b, float *out) {
+// Q6_K, in bytes (block_q6_K_i8) or in its 6 bits (`bits`: block_q6_K_g16), one super-block, half `half`
+// (8 lanes), activation rows row0..row0+RR-1 (RR <= 4): the offset of 32 from the activations' sums of 16,
+// then each step's int16 pair sums times the group's scale. Both layouts put d and sc first.
+AP_INLINE void q6_K_superblock_rows(const uint8_t *gb, int bits, int half, const __m256i pairs[8], const ap_act *a,
+                                    int row0, int RR, int b, float *out) {
+    const block_q6_K_i8 *g8 = (const block_q6_K_i8 *)gb;
+    const block_q6_K_g16 *g6 = (const block_q6_K_g16 *)gb;
     const int lane0 = 8 * half;
+    const __m256i low4 = _mm256_set1_epi8(15), three = _mm256_set1_epi8(3);
     __m256i isum[AVX2_TILE];
     for (int r = 0; r < RR; r++) isum[r] = _mm256_setzero_si256();
     for (int p = 0; p < 8; p++) {
@@ -178,15 +181,25 @@ AP_INLINE void q6_K_i8_superblock_rows(const block_q6_K_i8 *gb, int half, const 
         }
         for (int h = 0; h < 2; h++) {
             const __m256i scale = h ? both_halves_odd(pair) : both_halves_even(pair);
+            __m256i qh = bits ? _mm256_loadu_si256((const __m256i *)(g6->qh[2 * p + h] + 4 * lane0)) : _mm256_setzero_si256();
             for (int t = 4 * p + 2 * h; t < 4 * p + 2 * h + 2; t++) {
-                const __m256i q0 = _mm256_loadu_si256((const __m256i *)(gb->q[t][0] + 4 * lane0));
-                const __m256i q1 = _mm256_loadu_si256((const __m256i *)(gb->q[t][1] + 4 * lane0));
+                __m256i q0, q1;
+                if (bits) {  // step t's high bits are the low four of qh, shifted by 4 a step
+                    const __m256i packed = _mm256_loadu_si256((const __m256i *)(g6->qs[t] + 4 * lane0));
+                    q0 = _mm256_or_si256(_mm256_and_si256(packed, low4), _mm256_slli_epi16(_mm256_and_si256(qh, three), 4));
+                    q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(packed, 4), low4),
+                                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three), 4));
+                    qh = _mm256_srli_epi16(qh, 4);
+                } else {
+                    q0 = _mm256_loadu_si256((const __m256i *)(g8->q[t][0] + 4 * lane0));
+                    q1 = _mm256_loadu_si256((const __m256i *)(g8->q[t][1] + 4 * lane0));
+                }
                 for (int r = 0; r < RR; r++)  // one step's int16 pair sums (at most 2 x 2 x 63 x 127), widened at once
                     isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(step_products(q0, q1, a->q + (size_t)(row0 + r) * a->K + 256 * b + 8 * t), scale));
             }
         }
     }
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->d + lane0)));
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((bits ? g6->d : g8->d) + lane0)));
     for (int r = 0; r < RR; r++) {
         const __m256 dx = _mm256_set1_ps(a->d[(size_t)(row0 + r) * (a->K / 256) + b]);
         float *acc = out + (row0 + r) * AP_GROUP + lane0;
@@ -194,26 +207,33 @@ AP_INLINE void q6_K_i8_superblock_rows(const block_q6_K_i8 *gb, int half, const 
     }
 }
 
-static void group_q6_K_i8_avx2(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
-    const block_q6_K_i8 *g = (const block_q6_K_i8 *)group;
+AP_INLINE void group_q6_K_avx2(const uint8_t *group, int bits, const ap_act *a, int r0, int R, float *out) {
+    const size_t block_bytes = bits ? sizeof(block_q6_K_g16) : sizeof(block_q6_K_i8);
     memset(out, 0, sizeof(float) * (size_t)R * AP_GROUP);
     float *o = out - (size_t)r0 * AP_GROUP;
     for (int b = 0; b < a->K / 256; b++) {
-        const block_q6_K_i8 *gb = &g[b];
-        prefetch_ahead(gb, sizeof(*gb));
+        const uint8_t *gb = group + block_bytes * (size_t)b;
+        const int8_t (*sc)[AP_GROUP][2] = bits ? ((const block_q6_K_g16 *)gb)->sc : ((const block_q6_K_i8 *)gb)->sc;
+        prefetch_ahead(gb, block_bytes);
         for (int half = 0; half < 2; half++) {
             __m256i pairs[8];
-            for (int p = 0; p < 8; p++) pairs[p] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)gb->sc[p][8 * half]));
+            for (int p = 0; p < 8; p++) pairs[p] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc[p][8 * half]));
             for (int rt = r0; rt < r0 + R; rt += AVX2_TILE) {
                 switch (r0 + R - rt) {
-                    case 1: q6_K_i8_superblock_rows(gb, half, pairs, a, rt, 1, b, o); break;
-                    case 2: q6_K_i8_superblock_rows(gb, half, pairs, a, rt, 2, b, o); break;
-                    case 3: q6_K_i8_superblock_rows(gb, half, pairs, a, rt, 3, b, o); break;
-                    default: q6_K_i8_superblock_rows(gb, half, pairs, a, rt, 4, b, o); break;
+                    case 1: q6_K_superblock_rows(gb, bits, half, pairs, a, rt, 1, b, o); break;
+                    case 2: q6_K_superblock_rows(gb, bits, half, pairs, a, rt, 2, b, o); break;
+                    case 3: q6_K_superblock_rows(gb, bits, half, pairs, a, rt, 3, b, o); break;
+                    default: q6_K_superblock_rows(gb, bits, half, pairs, a, rt, 4, b, o); break;
                 }
             }
         }
     }
+}
+static void group_q6_K_g16_avx2(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
+    group_q6_K_avx2(group, 1, a, r0, R, out);
+}
+static void group_q6_K_i8_avx2(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
+    group_q6_K_avx2(group, 0, a, r0, R, out);
 }
 
 // Q4_1: per 32-element block, 4 steps of int16 pair sums (exact: 4 x 2 x 2 x 15 x 128 < 2^15), one
@@ -372,6 +392,7 @@ ap_group_fn ap_group_avx2(int type) {
         case AP_Q8_0_G16: return group_q8_0_avx2;
         case AP_Q4_K_G16: return group_q4_K_avx2;
         case AP_Q5_K_G16: return group_q5_K_avx2;
+        case AP_Q6_K_G16: return group_q6_K_g16_avx2;
         case AP_Q6_K_I8: return group_q6_K_i8_avx2;
         default: return NULL;
     }

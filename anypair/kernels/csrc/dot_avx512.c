@@ -220,21 +220,27 @@ AP_INLINE void group_k_tile(const uint8_t *group, int fifth, const ap_act *a, in
     for (int r = 0; r < R; r++) _mm512_storeu_ps(out + r * AP_GROUP, acc[r]);
 }
 
-// Q6_K as bytes (block_q6_K_i8): per group of 16 values the offset of 32 from the activations' sums of 16
-// (vpmaddwd with the scale pairs), the values' products (vpdpbusd: q[t][0] and q[t][1] are loaded as they
-// are multiplied), times the group's scale (vpmulld); one float step per super-block
-AP_INLINE void group_q6_K_i8_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
-    const block_q6_K_i8 *g = (const block_q6_K_i8 *)group; const int nb = a->K / 256;
+// Q6_K, in bytes (block_q6_K_i8) or in its 6 bits (`bits`: block_q6_K_g16, a constant per caller): per group
+// of 16 values the offset of 32 from the activations' sums of 16 (vpmaddwd with the scale pairs), the
+// values' products (vpdpbusd: block_q6_K_i8's q[t][0] and q[t][1] are loaded as they are multiplied; the
+// 6-bit layout ORs the high 2 bits into the nibbles with constant shifts), times the group's scale
+// (vpmulld); one float step per super-block. Both layouts put d and sc first (288 bytes).
+AP_INLINE void group_q6_K_tile(const uint8_t *group, int bits, const ap_act *a, int r0, int R, float *out) {
+    const int nb = a->K / 256;
+    const size_t block_bytes = bits ? sizeof(block_q6_K_g16) : sizeof(block_q6_K_i8);
     const int prefetch_rows = ap_prefetch_min_rows;
+    const __m512i low4 = _mm512_set1_epi8(15), three = _mm512_set1_epi8(3);
     __m512 acc[AP_ROW_TILE];
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        const block_q6_K_i8 *gb = &g[b];
+        const block_q6_K_i8 *g8 = (const block_q6_K_i8 *)group + b;
+        const block_q6_K_g16 *g6 = (const block_q6_K_g16 *)group + b;
+        const void *gb = bits ? (const void *)g6 : (const void *)g8;
         __m512i isum[AP_ROW_TILE];
         for (int r = 0; r < R; r++) isum[r] = _mm512_setzero_si512();
         for (int p = 0; p < 8; p++) {
-            if (R >= prefetch_rows && p < 5) prefetch_ahead(gb, sizeof(*gb), 64 * p);  // d and sc (288 bytes)
-            const __m512i pair = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)gb->sc[p]));
+            if (R >= prefetch_rows && p < 5) prefetch_ahead(gb, block_bytes, 64 * p);  // d and sc (288 bytes)
+            const __m512i pair = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(bits ? g6->sc[p] : g8->sc[p])));
             for (int r = 0; r < R; r++) {  // the offset of 32: -32 * (sc[2p] * s16[2p] + sc[2p+1] * s16[2p+1])
                 const int16_t *s16 = a->s16 + (size_t)(r0 + r) * (a->K / 16) + 16 * b + 2 * p;
                 isum[r] = _mm512_sub_epi32(isum[r], _mm512_slli_epi32(_mm512_madd_epi16(pair, broadcast4((const int8_t *)s16)), 5));
@@ -242,22 +248,37 @@ AP_INLINE void group_q6_K_i8_tile(const uint8_t *group, const ap_act *a, int r0,
             for (int h = 0; h < 2; h++) {
                 const int u = 2 * p + h;  // group u of 16 elements: steps t = 2u, 2u + 1
                 const __m512i scale = h ? _mm512_srai_epi32(pair, 16) : _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16);
+                __m512i qh = _mm512_setzero_si512();
+                if (bits) {
+                    if (R >= prefetch_rows) prefetch_ahead(gb, block_bytes, 2336 + 64 * u);  // qh[u]
+                    qh = _mm512_loadu_si512(g6->qh[u]);
+                }
                 __m512i part[AP_ROW_TILE];
                 for (int r = 0; r < R; r++) part[r] = _mm512_setzero_si512();
                 #pragma GCC unroll 2
                 for (int k = 0; k < 2; k++) {
                     const int t = 2 * u + k;
-                    if (R >= prefetch_rows) {  // past d and sc: q[t]
-                        prefetch_ahead(gb, sizeof(*gb), 288 + 128 * t);
-                        prefetch_ahead(gb, sizeof(*gb), 288 + 128 * t + 64);
+                    __m512i q0, q1;
+                    if (bits) {  // step t's high bits are the low four of qh, shifted by 4 a step
+                        if (R >= prefetch_rows) prefetch_ahead(gb, block_bytes, 288 + 64 * t);  // qs[t]
+                        const __m512i packed = _mm512_loadu_si512(g6->qs[t]);
+                        q0 = _mm512_or_si512(_mm512_and_si512(packed, low4), _mm512_slli_epi16(_mm512_and_si512(qh, three), 4));
+                        q1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(packed, 4), low4),
+                                             _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2), three), 4));
+                        qh = _mm512_srli_epi16(qh, 4);
+                    } else {
+                        if (R >= prefetch_rows) {  // past d and sc: q[t]
+                            prefetch_ahead(gb, block_bytes, 288 + 128 * t);
+                            prefetch_ahead(gb, block_bytes, 288 + 128 * t + 64);
+                        }
+                        q0 = _mm512_loadu_si512(g8->q[t][0]), q1 = _mm512_loadu_si512(g8->q[t][1]);
                     }
-                    const __m512i q0 = _mm512_loadu_si512(gb->q[t][0]), q1 = _mm512_loadu_si512(gb->q[t][1]);
                     step_rows(part, q0, q1, a, r0, R, 256, b, t);
                 }
                 for (int r = 0; r < R; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(part[r], scale));
             }
         }
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb->d));
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(bits ? g6->d : g8->d)));
         for (int r = 0; r < R; r++) {
             const __m512 dx = _mm512_set1_ps(a->d[(size_t)(r0 + r) * nb + b]);
             acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(isum[r])));
@@ -289,7 +310,8 @@ TILED(group_q4_1_avx512, group_q4_1_tile(group, a, r0, RR, out))
 TILED(group_q5_0_avx512, group_q5_0_tile(group, a, r0, RR, out))
 TILED(group_q4_K_avx512, group_k_tile(group, 0, a, r0, RR, out))
 TILED(group_q5_K_avx512, group_k_tile(group, 1, a, r0, RR, out))
-TILED(group_q6_K_i8_avx512, group_q6_K_i8_tile(group, a, r0, RR, out))
+TILED(group_q6_K_g16_avx512, group_q6_K_tile(group, 1, a, r0, RR, out))
+TILED(group_q6_K_i8_avx512, group_q6_K_tile(group, 0, a, r0, RR, out))
 
 ap_group_fn ap_group_avx512(int type) {
     switch (type) {
@@ -298,6 +320,7 @@ ap_group_fn ap_group_avx512(int type) {
         case AP_Q8_0_G16: return group_q8_0_avx512;
         case AP_Q4_K_G16: return group_q4_K_avx512;
         case AP_Q5_K_G16: return group_q5_K_avx512;
+        case AP_Q6_K_G16: return group_q6_K_g16_avx512;
         case AP_Q6_K_I8: return group_q6_K_i8_avx512;
         default: return NULL;
     }

@@ -4,7 +4,7 @@
 // Row types: weight row `w` (one GGUF row of K values) against activation rows r0..r0+R-1. Integer
 // sums inside a block are exact; float lanes acc[i] collect, block by block, the block's scale times
 // the int sum of the products at bytes 4i..4i+3 of each 32-element chunk.
-// Interleaved types (Q4_1, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K): a group of 16 weight rows against R activation rows, out[r][lane].
+// Interleaved types (Q4_1, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K in either layout): a group of 16 weight rows against R activation rows, out[r][lane].
 #include "ap_common.h"
 
 // int sum of w*x over the 4 elements of lane i in a 32-element chunk
@@ -121,25 +121,36 @@ static void group_q5_K_ref(const uint8_t *group, const ap_act *a, int r0, int R,
     group_k_ref(group, 1, a, r0, R, out);
 }
 
-static void group_q6_K_i8_ref(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
-    const block_q6_K_i8 *g = (const block_q6_K_i8 *)group; const int nb = a->K / 256;
+// Q6_K in either layout (`bits`: block_q6_K_g16, else block_q6_K_i8): one definition
+static void group_q6_K_ref(const uint8_t *group, int bits, const ap_act *a, int r0, int R, float *out) {
+    const block_q6_K_g16 *g6 = (const block_q6_K_g16 *)group;
+    const block_q6_K_i8 *g8 = (const block_q6_K_i8 *)group;
+    const int nb = a->K / 256;
     for (int r = 0; r < R; r++) {
         const size_t row = (size_t)(r0 + r);
         const int8_t *x = a->q + row * a->K; const float *dx = a->d + row * nb;
         for (int l = 0; l < AP_GROUP; l++) {
             float acc = 0.0f;
             for (int b = 0; b < nb; b++) {
+                const int8_t (*sc)[AP_GROUP][2] = bits ? g6[b].sc : g8[b].sc;
                 int isum = 0;
                 for (int j = 0; j < 16; j++) {
                     int part = 0;
-                    for (int i = 16 * j; i < 16 * j + 16; i++) part += (ap_q6k_i8_value(&g[b], l, i) - 32) * x[256 * b + i];
-                    isum += g[b].sc[j / 2][l][j % 2] * part;
+                    for (int i = 16 * j; i < 16 * j + 16; i++)
+                        part += ((bits ? ap_q6k_g16_value(&g6[b], l, i) : ap_q6k_i8_value(&g8[b], l, i)) - 32) * x[256 * b + i];
+                    isum += sc[j / 2][l][j % 2] * part;
                 }
-                acc = acc + (ap_h2f(g[b].d[l]) * dx[b]) * (float)isum;
+                acc = acc + (ap_h2f(bits ? g6[b].d[l] : g8[b].d[l]) * dx[b]) * (float)isum;
             }
             out[r * AP_GROUP + l] = acc;
         }
     }
+}
+static void group_q6_K_g16_ref(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
+    group_q6_K_ref(group, 1, a, r0, R, out);
+}
+static void group_q6_K_i8_ref(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
+    group_q6_K_ref(group, 0, a, r0, R, out);
 }
 
 static void dot_f32_ref(const uint8_t *wrow, const ap_act *a, int r0, int R, float *out) {
@@ -166,7 +177,7 @@ static void dot_f16_ref(const uint8_t *wrow, const ap_act *a, int r0, int R, flo
 
 int ap_act_block(int type) {
     switch (type) {
-        case AP_Q4_K_G16: case AP_Q5_K_G16: case AP_Q6_K_I8: return 256;
+        case AP_Q4_K_G16: case AP_Q5_K_G16: case AP_Q6_K_G16: case AP_Q6_K_I8: return 256;
         case AP_Q4_0: case AP_Q4_1_G16: case AP_Q5_0_G16: case AP_Q8_0_G16: return 32;
         default: return 0;
     }
@@ -188,6 +199,7 @@ ap_group_fn ap_group_ref(int type) {
         case AP_Q8_0_G16: return group_q8_0_ref;
         case AP_Q4_K_G16: return group_q4_K_ref;
         case AP_Q5_K_G16: return group_q5_K_ref;
+        case AP_Q6_K_G16: return group_q6_K_g16_ref;
         case AP_Q6_K_I8: return group_q6_K_i8_ref;
         default: return NULL;
     }

@@ -1,5 +1,5 @@
 // The interleaved layouts (ap_common.h: block_q4_1_g16, block_q5_0_g16, block_q8_0_g16, block_q4_K_g16,
-// block_q5_K_g16, block_q6_K_i8): made once
+// block_q5_K_g16, block_q6_K_g16, block_q6_K_i8): made once
 // at load from the GGUF's rows, and read back per row for the embedding gather and the tests.
 //
 // Only the arrangement changes: every value, scale and minimum is the file's, so the products are
@@ -9,8 +9,17 @@
 
 #include "ap_api.h"
 
+// Q6_K's layout on this CPU (ap_common.h, block_q6_K_g16 says why it is a choice); the load sets it once
+// (kernels/build.py), before any matrix is repacked, and the tests switch it to compare the two
+static int q6k_layout = AP_Q6_K_I8;
+int ap_set_q6k_layout(int type) {
+    if (type != AP_Q6_K_I8 && type != AP_Q6_K_G16) return -1;
+    q6k_layout = type;
+    return 0;
+}
+
 static int grouped_type(int ggml_type) {
-    return ggml_type == AP_Q4_K ? AP_Q4_K_G16 : ggml_type == AP_Q5_K ? AP_Q5_K_G16 : ggml_type == AP_Q6_K ? AP_Q6_K_I8
+    return ggml_type == AP_Q4_K ? AP_Q4_K_G16 : ggml_type == AP_Q5_K ? AP_Q5_K_G16 : ggml_type == AP_Q6_K ? q6k_layout
          : ggml_type == AP_Q4_1 ? AP_Q4_1_G16 : ggml_type == AP_Q5_0 ? AP_Q5_0_G16
          : ggml_type == AP_Q8_0 ? AP_Q8_0_G16 : -1;
 }
@@ -125,6 +134,23 @@ static void q6_K_values(const block_q6_K *blk, uint8_t v[256]) {  // 0..63, offs
     }
 }
 
+static void pack_q6_K_g16(const block_q6_K *rows[AP_GROUP], int b, block_q6_K_g16 *g) {
+    memset(g, 0, sizeof(*g));
+    for (int l = 0; l < AP_GROUP; l++) {
+        if (!rows[l]) continue;
+        const block_q6_K *blk = &rows[l][b];
+        uint8_t v[256];
+        q6_K_values(blk, v);
+        g->d[l] = blk->d;
+        for (int j = 0; j < 16; j++) g->sc[j / 2][l][j % 2] = blk->scales[j];
+        scatter_nibbles(v, 32, l, g->qs);
+        for (int t = 0; t < 32; t++)
+            for (int s = 0; s < 2; s++)
+                for (int e = 0; e < 4; e++)
+                    g->qh[t / 2][4 * l + e] |= (uint8_t)((v[8 * t + 4 * s + e] >> 4) << (4 * (t % 2) + 2 * s));
+    }
+}
+
 static void pack_q6_K_i8(const block_q6_K *rows[AP_GROUP], int b, block_q6_K_i8 *g) {
     memset(g, 0, sizeof(*g));
     for (int l = 0; l < AP_GROUP; l++) {
@@ -160,6 +186,7 @@ int ap_repack(int ggml_type, const uint8_t *rows, size_t row_bytes, int N, int K
             else if (type == AP_Q8_0_G16) pack_q8_0((const block_q8_0 **)members, b, (block_q8_0_g16 *)dst);
             else if (type == AP_Q4_K_G16) pack_q4_K((const block_q4_K **)members, b, (block_q4_K_g16 *)dst);
             else if (type == AP_Q5_K_G16) pack_q5_K((const block_q5_K **)members, b, (block_q5_K_g16 *)dst);
+            else if (type == AP_Q6_K_G16) pack_q6_K_g16((const block_q6_K **)members, b, (block_q6_K_g16 *)dst);
             else pack_q6_K_i8((const block_q6_K **)members, b, (block_q6_K_i8 *)dst);
         }
     }
@@ -220,6 +247,13 @@ void ap_grouped_dequant_row(const ap_weight *w, int n, float *y) {
             for (int e = 0; e < 256; e++) {
                 const int j = e / 32;
                 o[e] = d * g->sc[j / 2][l][j % 2] * ap_k_value(group, fifth, b, l, e) - dmin * g->mn[j / 2][l][j % 2];
+            }
+        } else if (w->type == AP_Q6_K_G16) {
+            const block_q6_K_g16 *g = (const block_q6_K_g16 *)group + b;
+            const float d = ap_h2f(g->d[l]);
+            for (int e = 0; e < 256; e++) {
+                const int j = e / 16;
+                o[e] = d * g->sc[j / 2][l][j % 2] * (ap_q6k_g16_value(g, l, e) - 32);
             }
         } else {  // AP_Q6_K_I8
             const block_q6_K_i8 *g = (const block_q6_K_i8 *)group + b;
