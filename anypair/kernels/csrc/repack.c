@@ -134,33 +134,29 @@ static void q6_K_values(const block_q6_K *blk, uint8_t v[256]) {  // 0..63, offs
     }
 }
 
-static void pack_q6_K_g16(const block_q6_K *rows[AP_GROUP], int b, block_q6_K_g16 *g) {
-    memset(g, 0, sizeof(*g));
+// Q6_K into either layout (`bits`: block_q6_K_g16, else block_q6_K_i8); both start with d and sc
+static void pack_q6_K(const block_q6_K *rows[AP_GROUP], int b, uint8_t *dst, int bits) {
+    block_q6_K_g16 *g6 = (block_q6_K_g16 *)dst;
+    block_q6_K_i8 *g8 = (block_q6_K_i8 *)dst;
+    memset(dst, 0, bits ? sizeof(*g6) : sizeof(*g8));
     for (int l = 0; l < AP_GROUP; l++) {
         if (!rows[l]) continue;
         const block_q6_K *blk = &rows[l][b];
         uint8_t v[256];
         q6_K_values(blk, v);
-        g->d[l] = blk->d;
-        for (int j = 0; j < 16; j++) g->sc[j / 2][l][j % 2] = blk->scales[j];
-        scatter_nibbles(v, 32, l, g->qs);
+        uint16_t *d = bits ? g6->d : g8->d;
+        int8_t (*sc)[AP_GROUP][2] = bits ? g6->sc : g8->sc;
+        d[l] = blk->d;
+        for (int j = 0; j < 16; j++) sc[j / 2][l][j % 2] = blk->scales[j];
+        if (!bits) {
+            for (int e = 0; e < 256; e++) g8->q[e / 8][(e % 8) / 4][4 * l + e % 4] = v[e];
+            continue;
+        }
+        scatter_nibbles(v, 32, l, g6->qs);
         for (int t = 0; t < 32; t++)
             for (int s = 0; s < 2; s++)
                 for (int e = 0; e < 4; e++)
-                    g->qh[t / 2][4 * l + e] |= (uint8_t)((v[8 * t + 4 * s + e] >> 4) << (4 * (t % 2) + 2 * s));
-    }
-}
-
-static void pack_q6_K_i8(const block_q6_K *rows[AP_GROUP], int b, block_q6_K_i8 *g) {
-    memset(g, 0, sizeof(*g));
-    for (int l = 0; l < AP_GROUP; l++) {
-        if (!rows[l]) continue;
-        const block_q6_K *blk = &rows[l][b];
-        uint8_t v[256];
-        q6_K_values(blk, v);
-        g->d[l] = blk->d;
-        for (int j = 0; j < 16; j++) g->sc[j / 2][l][j % 2] = blk->scales[j];
-        for (int e = 0; e < 256; e++) g->q[e / 8][(e % 8) / 4][4 * l + e % 4] = v[e];
+                    g6->qh[t / 2][4 * l + e] |= (uint8_t)((v[8 * t + 4 * s + e] >> 4) << (4 * (t % 2) + 2 * s));
     }
 }
 
@@ -186,8 +182,7 @@ int ap_repack(int ggml_type, const uint8_t *rows, size_t row_bytes, int N, int K
             else if (type == AP_Q8_0_G16) pack_q8_0((const block_q8_0 **)members, b, (block_q8_0_g16 *)dst);
             else if (type == AP_Q4_K_G16) pack_q4_K((const block_q4_K **)members, b, (block_q4_K_g16 *)dst);
             else if (type == AP_Q5_K_G16) pack_q5_K((const block_q5_K **)members, b, (block_q5_K_g16 *)dst);
-            else if (type == AP_Q6_K_G16) pack_q6_K_g16((const block_q6_K **)members, b, (block_q6_K_g16 *)dst);
-            else pack_q6_K_i8((const block_q6_K **)members, b, (block_q6_K_i8 *)dst);
+            else pack_q6_K((const block_q6_K **)members, b, dst, type == AP_Q6_K_G16);
         }
     }
     return type;
