@@ -664,6 +664,8 @@ def test_the_codes_of_kernels_ops_are_the_headers_enums():
     assert made_from == ops.INTERLEAVED_TYPES
     assert all(code == 100 + types[name[:-len("_G16")]] for name, code in layouts.items() if name.endswith("_G16"))
     assert types["AP_F32"] == ops._F32
+    from anypair.kernels.build import Q6K_LAYOUTS  # Q6_K's two layouts, as kernels/build.py names them
+    assert Q6K_LAYOUTS == {"bits": types["AP_Q6_K_G16"], "bytes": types["AP_Q6_K_I8"]}
 
     paths = enum("ap_common.h", "enum ap_path")
     assert paths == {f"AP_PATH_{name.upper()}": code for name, code in ops._PATH_CODES.items()}

@@ -119,8 +119,8 @@ def q6k_layout(vendor: Optional[str] = None, avx512: bool = True) -> str:
     """How Q6_K matrices are laid out for the kernels: "bits" (their own 6 bits, block_q6_K_g16: the
     file's size) or "bytes" (a byte a value, block_q6_K_i8: 30% more to read, nothing to unpack). Which is
     faster depends on whether a step is bound by reading or by unpacking: on an Intel Xeon (2 threads,
-    AVX-512 VNNI, ~26 GB/s) the 6-bit layout took 0.84x the byte layout's time at 1 to 8 rows (a [32,768
-    x 4,096] matrix); on Zen 4 (51 GB/s) and with AVX2 (Zen 3) unpacking 6 bits cost more than the bytes
+    AVX-512 VNNI, ~26 GB/s) the 6-bit layout took 0.69-0.87x the byte layout's time at 1 to 8 rows (a
+    [32,768 x 4,096] matrix, evaluation/measured/kernel_q6k_layouts_xeon.json); on Zen 4 (51 GB/s) and with AVX2 (Zen 3) unpacking 6 bits cost more than the bytes
     it saves (the head of Qwen2.5-1.5B 10.5 against 7.5-8.0 ms on Zen 4). So Intel with AVX-512 reads the
     6 bits, everything else the bytes. Both give the same bits. `ANYPAIR_Q6K_LAYOUT` overrides it."""
     from anypair.machine import cpu_vendor

@@ -106,7 +106,7 @@ typedef struct {
 //   qs[t][4l + e] = (q(8t + e) & 15) | (q(8t + 4 + e) & 15) << 4
 //   bits 4(t % 2) + 2s, + 1 of qh[t / 2][4l + e] = q(8t + 4s + e) >> 4     (t = 0..31, s = 0..1, e = 0..3)
 // The file's size. Where a step is bound by the read rate it beats the byte layout (an Intel Xeon, 2
-// threads, AVX-512 VNNI: 0.84x its time at 1 to 8 rows); where unpacking is the bound it loses (Zen 4,
+// threads, AVX-512 VNNI: 0.69-0.87x its time at 1 to 8 rows); where unpacking is the bound it loses (Zen 4,
 // AVX2), so the CPU picks one (ap_set_q6k_layout, kernels/build.py). The definition is the one above:
 // the two layouts give the same bits.
 typedef struct {
@@ -314,6 +314,18 @@ static inline int ap_q6k_g16_value(const block_q6_K_g16 *g, int l, int e) {
     const uint8_t byte = g->qs[t][4 * l + e % 4];
     const int high = (g->qh[t / 2][4 * l + e % 4] >> (4 * (t % 2) + 2 * s)) & 3;
     return (s ? byte >> 4 : byte & 15) | (high << 4);
+}
+// Q6_K's block b of a group in either layout (`bits`: block_q6_K_g16, else block_q6_K_i8): its scales d,
+// its group scales sc and its values 0..63
+static inline const uint16_t *ap_q6k_d(const uint8_t *group, int bits, int b) {
+    return bits ? ((const block_q6_K_g16 *)group)[b].d : ((const block_q6_K_i8 *)group)[b].d;
+}
+static inline const int8_t (*ap_q6k_sc(const uint8_t *group, int bits, int b))[AP_GROUP][2] {
+    return bits ? ((const block_q6_K_g16 *)group)[b].sc : ((const block_q6_K_i8 *)group)[b].sc;
+}
+static inline int ap_q6k_value(const uint8_t *group, int bits, int b, int l, int e) {
+    return bits ? ap_q6k_g16_value((const block_q6_K_g16 *)group + b, l, e)
+                : ap_q6k_i8_value((const block_q6_K_i8 *)group + b, l, e);
 }
 
 void ap_quantize_rows_ref(const float *x, int M, int K, int block, int8_t *q, float *d, int16_t *s16, int16_t *s32);

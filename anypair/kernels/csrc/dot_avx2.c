@@ -213,7 +213,7 @@ AP_INLINE void group_q6_K_avx2(const uint8_t *group, int bits, const ap_act *a, 
     float *o = out - (size_t)r0 * AP_GROUP;
     for (int b = 0; b < a->K / 256; b++) {
         const uint8_t *gb = group + block_bytes * (size_t)b;
-        const int8_t (*sc)[AP_GROUP][2] = bits ? ((const block_q6_K_g16 *)gb)->sc : ((const block_q6_K_i8 *)gb)->sc;
+        const int8_t (*sc)[AP_GROUP][2] = ap_q6k_sc(group, bits, b);
         prefetch_ahead(gb, block_bytes);
         for (int half = 0; half < 2; half++) {
             __m256i pairs[8];

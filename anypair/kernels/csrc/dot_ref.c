@@ -123,8 +123,6 @@ static void group_q5_K_ref(const uint8_t *group, const ap_act *a, int r0, int R,
 
 // Q6_K in either layout (`bits`: block_q6_K_g16, else block_q6_K_i8): one definition
 static void group_q6_K_ref(const uint8_t *group, int bits, const ap_act *a, int r0, int R, float *out) {
-    const block_q6_K_g16 *g6 = (const block_q6_K_g16 *)group;
-    const block_q6_K_i8 *g8 = (const block_q6_K_i8 *)group;
     const int nb = a->K / 256;
     for (int r = 0; r < R; r++) {
         const size_t row = (size_t)(r0 + r);
@@ -132,15 +130,14 @@ static void group_q6_K_ref(const uint8_t *group, int bits, const ap_act *a, int 
         for (int l = 0; l < AP_GROUP; l++) {
             float acc = 0.0f;
             for (int b = 0; b < nb; b++) {
-                const int8_t (*sc)[AP_GROUP][2] = bits ? g6[b].sc : g8[b].sc;
+                const int8_t (*sc)[AP_GROUP][2] = ap_q6k_sc(group, bits, b);
                 int isum = 0;
                 for (int j = 0; j < 16; j++) {
                     int part = 0;
-                    for (int i = 16 * j; i < 16 * j + 16; i++)
-                        part += ((bits ? ap_q6k_g16_value(&g6[b], l, i) : ap_q6k_i8_value(&g8[b], l, i)) - 32) * x[256 * b + i];
+                    for (int i = 16 * j; i < 16 * j + 16; i++) part += (ap_q6k_value(group, bits, b, l, i) - 32) * x[256 * b + i];
                     isum += sc[j / 2][l][j % 2] * part;
                 }
-                acc = acc + (ap_h2f(bits ? g6[b].d[l] : g8[b].d[l]) * dx[b]) * (float)isum;
+                acc = acc + (ap_h2f(ap_q6k_d(group, bits, b)[l]) * dx[b]) * (float)isum;
             }
             out[r * AP_GROUP + l] = acc;
         }

@@ -243,19 +243,13 @@ void ap_grouped_dequant_row(const ap_weight *w, int n, float *y) {
                 const int j = e / 32;
                 o[e] = d * g->sc[j / 2][l][j % 2] * ap_k_value(group, fifth, b, l, e) - dmin * g->mn[j / 2][l][j % 2];
             }
-        } else if (w->type == AP_Q6_K_G16) {
-            const block_q6_K_g16 *g = (const block_q6_K_g16 *)group + b;
-            const float d = ap_h2f(g->d[l]);
+        } else {  // AP_Q6_K_G16 or AP_Q6_K_I8
+            const int bits = w->type == AP_Q6_K_G16;
+            const int8_t (*sc)[AP_GROUP][2] = ap_q6k_sc(group, bits, b);
+            const float d = ap_h2f(ap_q6k_d(group, bits, b)[l]);
             for (int e = 0; e < 256; e++) {
                 const int j = e / 16;
-                o[e] = d * g->sc[j / 2][l][j % 2] * (ap_q6k_g16_value(g, l, e) - 32);
-            }
-        } else {  // AP_Q6_K_I8
-            const block_q6_K_i8 *g = (const block_q6_K_i8 *)group + b;
-            const float d = ap_h2f(g->d[l]);
-            for (int e = 0; e < 256; e++) {
-                const int j = e / 16;
-                o[e] = d * g->sc[j / 2][l][j % 2] * (ap_q6k_i8_value(g, l, e) - 32);
+                o[e] = d * sc[j / 2][l][j % 2] * (ap_q6k_value(group, bits, b, l, e) - 32);
             }
         }
     }
