@@ -338,6 +338,31 @@ def test_the_q6_k_layout_is_the_cpus_and_can_be_set():
     assert load_library().ap_set_q6k_layout(12) == -1  # not a Q6_K layout: refused, nothing changed
 
 
+@pytest.mark.parametrize("layout", ["bits", "bytes"])
+def test_the_word_at_a_time_repack_writes_the_reference_bytes(layout):
+    """The load's repack (8 file bytes at a time) writes, byte for byte, what the reference byte loops write,
+    for every interleaved type (Q6_K in either layout), padded last groups and any bytes in the blocks (the
+    repack moves bits, it never reads a value); both refuse a shape without a layout alike."""
+    lib = load_library()
+    block_bytes = {3: (20, 32), 6: (22, 32), 8: (34, 32), 12: (144, 256), 13: (176, 256), 14: (210, 256)}
+    rng = np.random.default_rng(12)
+    with _q6k_layout(layout):
+        for ggml_type, (size, cols) in block_bytes.items():
+            for rows, blocks in ((1, 1), (16, 3), (37, 2)):
+                data = rng.integers(0, 256, size=(rows, size * blocks), dtype=np.uint8)
+                out = {}
+                for name in ("ap_repack", "ap_repack_reference"):
+                    out[name] = np.full(lib.ap_packed_bytes(ggml_type, rows, cols * blocks), 0x5A, dtype=np.uint8)
+                    kind = getattr(lib, name)(ggml_type, data.ctypes.data, data.shape[1], rows, cols * blocks,
+                                              out[name].ctypes.data, 2)
+                    assert kind == lib.ap_packed_type(ggml_type)
+                assert np.array_equal(out["ap_repack"], out["ap_repack_reference"]), \
+                    f"{NATIVE_TYPES[ggml_type]} ({layout}), {rows} rows of {blocks} blocks"
+    scratch = np.zeros(4096, dtype=np.uint8)
+    for name in ("ap_repack", "ap_repack_reference"):
+        assert getattr(lib, name)(12, scratch.ctypes.data, 144, 1, 100, scratch.ctypes.data, 1) == -1
+
+
 def test_the_layout_caches_key_follows_the_q6_k_layout():
     """A cache written with one Q6_K layout is never read with the other."""
     from anypair.kernels.packed_cache import layout_key

@@ -55,6 +55,7 @@ SIGNATURES: dict[str, tuple] = {
     "ap_quantize_rows": (None, [_p, _i, _i, _i, _p, _p, _p, _p, _i]),
     "ap_packed_bytes": (ctypes.c_size_t, [_i, _i, _i]),
     "ap_repack": (_i, [_i, _p, ctypes.c_size_t, _i, _i, _p, _i]),
+    "ap_repack_reference": (_i, [_i, _p, ctypes.c_size_t, _i, _i, _p, _i]),
     "ap_packed_type": (_i, [_i]),
     "ap_set_q6k_layout": (_i, [_i]),
     "ap_dequant_rows_raw": (_i, [_i, _p, ctypes.c_size_t, _i, _i, _p, _i, _p]),

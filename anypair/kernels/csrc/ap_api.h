@@ -41,6 +41,8 @@ void ap_quantize_rows(const float *x, int M, int K, int block, int8_t *q, float 
 // repack.c
 size_t ap_packed_bytes(int ggml_type, int N, int K);
 int ap_repack(int ggml_type, const uint8_t *rows, size_t row_bytes, int N, int K, uint8_t *out, int nthreads);
+int ap_repack_reference(int ggml_type, const uint8_t *rows, size_t row_bytes, int N, int K, uint8_t *out,
+                        int nthreads);
 int ap_packed_type(int ggml_type);
 int ap_set_q6k_layout(int type);
 int ap_dequant_rows_raw(int ggml_type, const uint8_t *rows, size_t row_bytes, int N, int K, const int64_t *ids, int n,

@@ -37,17 +37,22 @@ static void scatter_nibbles(const uint8_t *v, int steps, int l, uint8_t (*qs)[4 
         for (int e = 0; e < 4; e++) qs[t][4 * l + e] = (uint8_t)((v[8 * t + e] & 15) | ((v[8 * t + 4 + e] & 15) << 4));
 }
 
-// lane l of a Q4_K group block: the block's scales, minimums and 4-bit values (the low 4 bits of `v`)
-static void pack_k_lane(uint16_t d, uint16_t dmin, const uint8_t scales[12], const uint8_t v[256], int l,
-                        block_q4_K_g16 *g) {
+// lane l of a Q4_K group block: the block's scales and minimums
+static void pack_k_scales(uint16_t d, uint16_t dmin, const uint8_t scales[12], int l, block_q4_K_g16 *g) {
     uint8_t sc[8], mn[8];
     ap_q4k_scales(scales, sc, mn);
     g->d[l] = d; g->dmin[l] = dmin;
     for (int j = 0; j < 8; j++) { g->sc[j / 2][l][j % 2] = sc[j]; g->mn[j / 2][l][j % 2] = mn[j]; }
+}
+
+// lane l of a Q4_K group block: the block's scales, minimums and 4-bit values (the low 4 bits of `v`)
+static void pack_k_lane(uint16_t d, uint16_t dmin, const uint8_t scales[12], const uint8_t v[256], int l,
+                        block_q4_K_g16 *g) {
+    pack_k_scales(d, dmin, scales, l, g);
     scatter_nibbles(v, 32, l, g->qs);
 }
 
-static void pack_q4_K(const block_q4_K *rows[AP_GROUP], int b, block_q4_K_g16 *g) {
+static void pack_q4_K_ref(const block_q4_K *rows[AP_GROUP], int b, block_q4_K_g16 *g) {
     memset(g, 0, sizeof(*g));
     for (int l = 0; l < AP_GROUP; l++) {
         if (!rows[l]) continue;  // past N: zero block
@@ -61,7 +66,7 @@ static void pack_q4_K(const block_q4_K *rows[AP_GROUP], int b, block_q4_K_g16 *g
 
 // Q5_K: ggml's element 64c + i has its low bits in the low nibble of qs[32c + i] and its fifth in bit 2c of
 // qh[i]; element 64c + 32 + i the high nibble and bit 2c + 1 (dequantize_row_q5_K)
-static void pack_q5_K(const block_q5_K *rows[AP_GROUP], int b, block_q5_K_g16 *g) {
+static void pack_q5_K_ref(const block_q5_K *rows[AP_GROUP], int b, block_q5_K_g16 *g) {
     memset(g, 0, sizeof(*g));
     for (int l = 0; l < AP_GROUP; l++) {
         if (!rows[l]) continue;  // past N: zero block
@@ -135,7 +140,7 @@ static void q6_K_values(const block_q6_K *blk, uint8_t v[256]) {  // 0..63, offs
 }
 
 // Q6_K into either layout (`bits`: block_q6_K_g16, else block_q6_K_i8); both start with d and sc
-static void pack_q6_K(const block_q6_K *rows[AP_GROUP], int b, uint8_t *dst, int bits) {
+static void pack_q6_K_ref(const block_q6_K *rows[AP_GROUP], int b, uint8_t *dst, int bits) {
     block_q6_K_g16 *g6 = (block_q6_K_g16 *)dst;
     block_q6_K_i8 *g8 = (block_q6_K_i8 *)dst;
     memset(dst, 0, bits ? sizeof(*g6) : sizeof(*g8));
@@ -160,32 +165,124 @@ static void pack_q6_K(const block_q6_K *rows[AP_GROUP], int b, uint8_t *dst, int
     }
 }
 
-// Rows [N][row_bytes] of a Q4_1, Q5_0, Q8_0, Q4_K, Q5_K or Q6_K matrix into `out` (ap_packed_bytes bytes). Returns
-// the interleaved type, or -1 for a type or shape without one.
-int ap_repack(int ggml_type, const uint8_t *rows, size_t row_bytes, int N, int K, uint8_t *out, int nthreads) {
-    const int type = grouped_type(ggml_type);
-    if (type < 0 || N <= 0 || K <= 0 || K % ap_group_cols(type)) return -1;
-    const int nb = K / ap_group_cols(type);
-    const int groups = (N + AP_GROUP - 1) / AP_GROUP;
-    const size_t gbytes = ap_group_bytes(type);
-    #pragma omp parallel for schedule(static) num_threads(nthreads > 0 ? nthreads : omp_get_max_threads())
-    for (int grp = 0; grp < groups; grp++) {
-        const void *members[AP_GROUP];
-        for (int l = 0; l < AP_GROUP; l++) {
-            const int n = grp * AP_GROUP + l;
-            members[l] = n < N ? rows + row_bytes * (size_t)n : NULL;
-        }
-        for (int b = 0; b < nb; b++) {
-            uint8_t *dst = out + ((size_t)grp * nb + b) * gbytes;
-            if (type == AP_Q4_1_G16) pack_q4_1((const block_q4_1 **)members, b, (block_q4_1_g16 *)dst);
-            else if (type == AP_Q5_0_G16) pack_q5_0((const block_q5_0 **)members, b, (block_q5_0_g16 *)dst);
-            else if (type == AP_Q8_0_G16) pack_q8_0((const block_q8_0 **)members, b, (block_q8_0_g16 *)dst);
-            else if (type == AP_Q4_K_G16) pack_q4_K((const block_q4_K **)members, b, (block_q4_K_g16 *)dst);
-            else if (type == AP_Q5_K_G16) pack_q5_K((const block_q5_K **)members, b, (block_q5_K_g16 *)dst);
-            else pack_q6_K((const block_q6_K **)members, b, dst, type == AP_Q6_K_G16);
+// ---- the same bytes a word at a time (what a load runs): 8 bytes of the file give one lane's 4 bytes of a step ----
+// The reference packers above unpack every value into a byte and scatter it; these read the file's
+// bytes 8 at a time and write the lane's 4 bytes of each step at once (the first load of a 7-9B file
+// spent most of its time in the byte loops). `ap_repack_reference` runs the reference; the tests
+// compare the two byte for byte on every type and layout.
+
+static inline uint64_t load8(const uint8_t *p) { uint64_t x; memcpy(&x, p, 8); return x; }
+static inline void or4(uint8_t *p, uint32_t w) { uint32_t o; memcpy(&o, p, 4); o |= w; memcpy(p, &o, 4); }
+static inline void put4(uint8_t *p, uint32_t w) { memcpy(p, &w, 4); }
+
+// bytes 0..3 of x as a, 4..7 as b: the step's bytes a | b << 4 of their low nibbles, or of their high ones
+static inline uint32_t nibble_word(uint64_t x, int high) {
+    return high ? (uint32_t)(((x >> 4) & 0x0F0F0F0Fu) | ((x >> 32) & 0xF0F0F0F0u))
+                : (uint32_t)((x & 0x0F0F0F0Fu) | (((x >> 32) & 0x0F0F0F0Fu) << 4));
+}
+
+// Q4_K's values: element 64c + i (i < 32) is the low nibble of qs[32c + i], 64c + 32 + i its high
+// nibble, so step t = 8c + u takes qs[32c + 8(u % 4) ...] 8 bytes at a time, high nibbles from u = 4
+static void k_nibbles(const uint8_t qs[128], int l, uint8_t (*out)[4 * AP_GROUP]) {
+    for (int t = 0; t < 32; t++) put4(&out[t][4 * l], nibble_word(load8(qs + 32 * (t / 8) + 8 * (t % 4)), t % 8 >= 4));
+}
+
+static void pack_q4_K(const block_q4_K *rows[AP_GROUP], int b, block_q4_K_g16 *g) {
+    memset(g, 0, sizeof(*g));
+    for (int l = 0; l < AP_GROUP; l++) {
+        if (!rows[l]) continue;  // past N: zero block
+        const block_q4_K *blk = &rows[l][b];
+        pack_k_scales(blk->d, blk->dmin, blk->scales, l, g);
+        k_nibbles(blk->qs, l, g->qs);
+    }
+}
+
+// Q5_K: the fifth bit of step t's element 8t + 4s + e is bit 2c + (u >= 4) of qh[8(u % 4) + 4s + e]
+static void pack_q5_K(const block_q5_K *rows[AP_GROUP], int b, block_q5_K_g16 *g) {
+    memset(g, 0, sizeof(*g));
+    for (int l = 0; l < AP_GROUP; l++) {
+        if (!rows[l]) continue;  // past N: zero block
+        const block_q5_K *blk = &rows[l][b];
+        pack_k_scales(blk->d, blk->dmin, blk->scales, l, &g->k4);
+        k_nibbles(blk->qs, l, g->k4.qs);
+        for (int t = 0; t < 32; t++) {
+            const uint64_t h = (load8(blk->qh + 8 * (t % 4)) >> (2 * (t / 8) + (t % 8 >= 4))) & 0x0101010101010101u;
+            or4(&g->qh[t / 4][4 * l], ((uint32_t)h | (uint32_t)(h >> 32) << 1) << (2 * (t % 4)));
         }
     }
+}
+
+// Q6_K: step t = 16n + 4q + u holds elements 128n + 32q + 8u + (0..7) (q6_K_values): their low 4 bits
+// are the low (q < 2) or high nibbles of ql[64n + 32(q % 2) + 8u ...], their high 2 bits (qh[32n + 8u ...] >> 2q) & 3
+static void pack_q6_K(const block_q6_K *rows[AP_GROUP], int b, uint8_t *dst, int bits) {
+    block_q6_K_g16 *g6 = (block_q6_K_g16 *)dst;
+    block_q6_K_i8 *g8 = (block_q6_K_i8 *)dst;
+    memset(dst, 0, bits ? sizeof(*g6) : sizeof(*g8));
+    for (int l = 0; l < AP_GROUP; l++) {
+        if (!rows[l]) continue;
+        const block_q6_K *blk = &rows[l][b];
+        uint16_t *d = bits ? g6->d : g8->d;
+        int8_t (*sc)[AP_GROUP][2] = bits ? g6->sc : g8->sc;
+        d[l] = blk->d;
+        for (int j = 0; j < 16; j++) sc[j / 2][l][j % 2] = blk->scales[j];
+        for (int t = 0; t < 32; t++) {
+            const int n = t / 16, q = (t / 4) % 4, u = t % 4;
+            const uint64_t x = load8(blk->ql + 64 * n + 32 * (q % 2) + 8 * u);
+            const uint64_t h = (load8(blk->qh + 32 * n + 8 * u) >> (2 * q)) & 0x0303030303030303u;
+            if (bits) {
+                put4(&g6->qs[t][4 * l], nibble_word(x, q >= 2));
+                or4(&g6->qh[t / 2][4 * l], ((uint32_t)h | (uint32_t)(h >> 32) << 2) << (4 * (t % 2)));
+            } else {
+                const uint64_t lows = (q >= 2 ? x >> 4 : x) & 0x0F0F0F0F0F0F0F0Fu;
+                put4(&g8->q[t][0][4 * l], (uint32_t)lows | (uint32_t)h << 4);
+                put4(&g8->q[t][1][4 * l], (uint32_t)(lows >> 32) | (uint32_t)(h >> 32) << 4);
+            }
+        }
+    }
+}
+
+// group `grp` of 16 rows, its nb blocks
+static void repack_group(int type, const uint8_t *rows, size_t row_bytes, int N, int nb, int grp, uint8_t *out,
+                         int reference) {
+    const void *members[AP_GROUP];
+    for (int l = 0; l < AP_GROUP; l++) {
+        const int n = grp * AP_GROUP + l;
+        members[l] = n < N ? rows + row_bytes * (size_t)n : NULL;
+    }
+    const size_t gbytes = ap_group_bytes(type);
+    for (int b = 0; b < nb; b++) {
+        uint8_t *dst = out + ((size_t)grp * nb + b) * gbytes;
+        if (type == AP_Q4_1_G16) pack_q4_1((const block_q4_1 **)members, b, (block_q4_1_g16 *)dst);
+        else if (type == AP_Q5_0_G16) pack_q5_0((const block_q5_0 **)members, b, (block_q5_0_g16 *)dst);
+        else if (type == AP_Q8_0_G16) pack_q8_0((const block_q8_0 **)members, b, (block_q8_0_g16 *)dst);
+        else if (type == AP_Q4_K_G16)
+            (reference ? pack_q4_K_ref : pack_q4_K)((const block_q4_K **)members, b, (block_q4_K_g16 *)dst);
+        else if (type == AP_Q5_K_G16)
+            (reference ? pack_q5_K_ref : pack_q5_K)((const block_q5_K **)members, b, (block_q5_K_g16 *)dst);
+        else (reference ? pack_q6_K_ref : pack_q6_K)((const block_q6_K **)members, b, dst, type == AP_Q6_K_G16);
+    }
+}
+
+// Rows [N][row_bytes] of a Q4_1, Q5_0, Q8_0, Q4_K, Q5_K or Q6_K matrix into `out` (ap_packed_bytes bytes), the
+// K-quants by the word-at-a-time packers (`reference`: by the byte loops). Returns the interleaved type, or -1
+// for a type or shape without one.
+static int repack(int ggml_type, const uint8_t *rows, size_t row_bytes, int N, int K, uint8_t *out, int nthreads,
+                  int reference) {
+    const int type = grouped_type(ggml_type);
+    if (type < 0 || N <= 0 || K <= 0 || K % ap_group_cols(type)) return -1;
+    const int nb = K / ap_group_cols(type), groups = (N + AP_GROUP - 1) / AP_GROUP;
+    #pragma omp parallel for schedule(static) num_threads(nthreads > 0 ? nthreads : omp_get_max_threads())
+    for (int grp = 0; grp < groups; grp++) repack_group(type, rows, row_bytes, N, nb, grp, out, reference);
     return type;
+}
+
+int ap_repack(int ggml_type, const uint8_t *rows, size_t row_bytes, int N, int K, uint8_t *out, int nthreads) {
+    return repack(ggml_type, rows, row_bytes, N, K, out, nthreads, 0);
+}
+
+int ap_repack_reference(int ggml_type, const uint8_t *rows, size_t row_bytes, int N, int K, uint8_t *out,
+                        int nthreads) {
+    return repack(ggml_type, rows, row_bytes, N, K, out, nthreads, 1);
 }
 
 // the interleaved type a Q4_1/Q5_0/Q8_0/Q4_K/Q5_K/Q6_K matrix is read in (-1: none): a copy mapped from the
