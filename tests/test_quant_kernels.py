@@ -536,7 +536,9 @@ def _attention_fp64(q, k_cache, v_cache, pos, scale, window, softcap):
     # (two groups); rows from position 0 (ranges shorter than a block); a head size that is not a
     # multiple of 16 (the AVX2 path in an AVX-512 build)
     (16, 8, 256, 0, 300, 4, 50.0), (16, 8, 256, 5, 301, 8, 50.0), (16, 8, 256, 11, 262, 19, 30.0),
-    (16, 8, 256, 0, 0, 5, 0.0), (4, 2, 72, 9, 53, 6, 20.0)])
+    (16, 8, 256, 0, 0, 5, 0.0), (4, 2, 72, 9, 53, 6, 20.0),
+    # an odd multiple of 16 (AVX-512: the values in pairs of 16-element vectors, then one alone)
+    (8, 2, 48, 0, 300, 5, 0.0)])
 def test_attention_matches_torch_and_is_bitwise_batch_invariant(heads, kv_heads, dim, window, context, queries,
                                                                  softcap):
     k_cache, v_cache = _filled_cache(kv_heads, context + queries, dim, seed=heads)

@@ -41,9 +41,34 @@ static inline float dot_f32_f16_ref(const float *q, const uint16_t *k, int D) {
     return ap_reduce8(acc);
 }
 
-static float softmax_numerators(float *s, int L, int use_ref) {
+// The largest score. The SIMD paths take the maximum in vectors (the scalar loop was a chain of dependent
+// vmaxss: two thirds of the softmax, 12% of 4 rows' attention at 4,000 positions): a maximum does not
+// depend on the order it is taken in, except for the sign of a zero, and exp(s - 0) = exp(s + 0) for
+// every s, so the numerators are the same bits either way.
+static float scores_max(const float *s, int L, int use_ref) {
     float mx = s[0];
-    for (int j = 1; j < L; j++) mx = s[j] > mx ? s[j] : mx;
+    int j = 1;
+#ifdef AP_AVX2
+    if (!use_ref && L >= 32) {
+        __m256 m0 = _mm256_loadu_ps(s), m1 = m0, m2 = m0, m3 = m0;
+        for (j = 0; j + 32 <= L; j += 32) {  // four independent chains
+            m0 = _mm256_max_ps(m0, _mm256_loadu_ps(s + j));
+            m1 = _mm256_max_ps(m1, _mm256_loadu_ps(s + j + 8));
+            m2 = _mm256_max_ps(m2, _mm256_loadu_ps(s + j + 16));
+            m3 = _mm256_max_ps(m3, _mm256_loadu_ps(s + j + 24));
+        }
+        float lanes[8];
+        _mm256_storeu_ps(lanes, _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
+        for (int i = 0; i < 8; i++) mx = lanes[i] > mx ? lanes[i] : mx;
+    }
+#endif
+    (void)use_ref;
+    for (; j < L; j++) mx = s[j] > mx ? s[j] : mx;
+    return mx;
+}
+
+static float softmax_numerators(float *s, int L, int use_ref) {
+    const float mx = scores_max(s, L, use_ref);
     float lanes[8] = {0};
     int j = 0;
 #ifdef AP_AVX2
@@ -234,13 +259,17 @@ static void plan_values(const attn_task *t, const int *pairs, int n, int a, int 
     }
 }
 
-// Each value row's chunk (8 or 16 elements at c) is widened once for the pass's n pairs; n is a
-// constant where this is inlined (VALUE_PASS), so the n sums stay in registers. The same chunk of the
-// next block's row is prefetched (a hint, never a fault): the hardware's prefetchers did not bring a
-// column of rows 2 D bytes apart in time (3% of one row's attention at 4,000 positions).
-#define VALUE_CHUNK(VEC, LOAD, STORE, WIDEN, FMADD, SET1)                                                     \
-    VEC acc[ATTN_VALUE_PAIRS];                                                                                \
-    for (int k = 0; k < n; k++) acc[k] = LOAD(vp->out[k] + c);                                                \
+// Each value row's chunk (H vectors of W elements at c: 8 with AVX2, 32 with AVX-512) is widened once for
+// the pass's n pairs; n and H are constants where this is inlined (VALUE_PASS), so the n x H sums stay in
+// registers. Two vectors a pair with AVX-512: a score's broadcast serves two multiply-adds, and a pass of
+// few pairs (one row of 1-4 query heads a KV head) has twice the independent sums to hide the
+// multiply-add's latency with. Every sum still adds its positions in order: the same bits. The same
+// chunk of the next block's row is prefetched (a hint, never a fault): the hardware's prefetchers did
+// not bring a column of rows 2 D bytes apart in time (3% of one row's attention at 4,000 positions).
+#define VALUE_CHUNK(VEC, W, H, LOAD, STORE, WIDEN, FMADD, SET1)                                               \
+    VEC acc[ATTN_VALUE_PAIRS][2], vv[2];                                                                      \
+    for (int k = 0; k < n; k++)                                                                               \
+        for (int h = 0; h < H; h++) acc[k][h] = LOAD(vp->out[k] + c + W * h);                                 \
     const uint16_t *v = vc + (size_t)vp->first * D + c;                                                       \
     int j = 0;                                                                                                \
     for (int r = 0; r < vp->runs; r++) {                                                                      \
@@ -248,45 +277,60 @@ static void plan_values(const attn_task *t, const int *pairs, int n, int a, int 
         const unsigned mask = vp->run_mask[r];                                                                \
         if (mask == (1u << n) - 1)                                                                            \
             for (; j < end; j++) {                                                                            \
-                const VEC vv = WIDEN(v + (size_t)j * D);                                                      \
+                for (int h = 0; h < H; h++) vv[h] = WIDEN(v + (size_t)j * D + W * h);                         \
                 _mm_prefetch((const char *)(v + (size_t)(j + ATTN_VALUE_BLOCK) * D), _MM_HINT_T0);            \
-                for (int k = 0; k < n; k++) acc[k] = FMADD(SET1(scores[vp->off[k] + j]), vv, acc[k]);         \
+                for (int k = 0; k < n; k++) {                                                                 \
+                    const VEC s = SET1(scores[vp->off[k] + j]);                                               \
+                    for (int h = 0; h < H; h++) acc[k][h] = FMADD(s, vv[h], acc[k][h]);                      \
+                }                                                                                             \
             }                                                                                                 \
         else                                                                                                  \
             for (; j < end; j++) {                                                                            \
-                const VEC vv = WIDEN(v + (size_t)j * D);                                                      \
-                for (int k = 0; k < n; k++)                                                                   \
-                    if (mask >> k & 1) acc[k] = FMADD(SET1(scores[vp->off[k] + j]), vv, acc[k]);              \
+                for (int h = 0; h < H; h++) vv[h] = WIDEN(v + (size_t)j * D + W * h);                         \
+                for (int k = 0; k < n; k++) {                                                                 \
+                    if (!(mask >> k & 1)) continue;                                                           \
+                    const VEC s = SET1(scores[vp->off[k] + j]);                                               \
+                    for (int h = 0; h < H; h++) acc[k][h] = FMADD(s, vv[h], acc[k][h]);                      \
+                }                                                                                             \
             }                                                                                                 \
     }                                                                                                         \
-    for (int k = 0; k < n; k++) STORE(vp->out[k] + c, acc[k]);
+    for (int k = 0; k < n; k++)                                                                               \
+        for (int h = 0; h < H; h++) STORE(vp->out[k] + c + W * h, acc[k][h]);
 
 #define WIDEN8(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 static inline __attribute__((always_inline)) void value_chunk_avx2(const value_pass *vp, const float *scores,
-                                                                   const uint16_t *vc, int D, int c, const int n) {
-    VALUE_CHUNK(__m256, _mm256_loadu_ps, _mm256_storeu_ps, WIDEN8, _mm256_fmadd_ps, _mm256_set1_ps)
+                                                                   const uint16_t *vc, int D, int c, const int n,
+                                                                   const int H) {
+    VALUE_CHUNK(__m256, 8, H, _mm256_loadu_ps, _mm256_storeu_ps, WIDEN8, _mm256_fmadd_ps, _mm256_set1_ps)
 }
 
-#define VALUE_PASS(CHUNK, WIDTH)                                                                              \
-    for (int c = 0; c < t->D; c += WIDTH) switch (vp->n) {                                                  \
-        case 8: CHUNK(vp, t->scores, t->vc, t->D, c, 8); break;                                               \
-        case 7: CHUNK(vp, t->scores, t->vc, t->D, c, 7); break;                                               \
-        case 6: CHUNK(vp, t->scores, t->vc, t->D, c, 6); break;                                               \
-        case 5: CHUNK(vp, t->scores, t->vc, t->D, c, 5); break;                                               \
-        case 4: CHUNK(vp, t->scores, t->vc, t->D, c, 4); break;                                               \
-        case 3: CHUNK(vp, t->scores, t->vc, t->D, c, 3); break;                                               \
-        case 2: CHUNK(vp, t->scores, t->vc, t->D, c, 2); break;                                               \
-        default: CHUNK(vp, t->scores, t->vc, t->D, c, 1);                                                     \
+// the chunks c = from, from + H * W, ... below to, of H vectors each
+#define VALUE_PASS(CHUNK, FROM, TO, WIDTH, H)                                                                 \
+    for (int c = FROM; c < TO; c += WIDTH) switch (vp->n) {                                                 \
+        case 8: CHUNK(vp, t->scores, t->vc, t->D, c, 8, H); break;                                            \
+        case 7: CHUNK(vp, t->scores, t->vc, t->D, c, 7, H); break;                                            \
+        case 6: CHUNK(vp, t->scores, t->vc, t->D, c, 6, H); break;                                            \
+        case 5: CHUNK(vp, t->scores, t->vc, t->D, c, 5, H); break;                                            \
+        case 4: CHUNK(vp, t->scores, t->vc, t->D, c, 4, H); break;                                            \
+        case 3: CHUNK(vp, t->scores, t->vc, t->D, c, 3, H); break;                                            \
+        case 2: CHUNK(vp, t->scores, t->vc, t->D, c, 2, H); break;                                            \
+        default: CHUNK(vp, t->scores, t->vc, t->D, c, 1, H);                                                  \
     }
-static AP_NOINLINE void value_pass_avx2(const attn_task *t, const value_pass *vp) { VALUE_PASS(value_chunk_avx2, 8) }
+static AP_NOINLINE void value_pass_avx2(const attn_task *t, const value_pass *vp) { VALUE_PASS(value_chunk_avx2, 0, t->D, 8, 1) }
 
 #ifdef AP_AVX512
 #define WIDEN16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
 static inline __attribute__((always_inline)) void value_chunk_avx512(const value_pass *vp, const float *scores,
-                                                                     const uint16_t *vc, int D, int c, const int n) {
-    VALUE_CHUNK(__m512, _mm512_loadu_ps, _mm512_storeu_ps, WIDEN16, _mm512_fmadd_ps, _mm512_set1_ps)
+                                                                     const uint16_t *vc, int D, int c, const int n,
+                                                                     const int H) {
+    VALUE_CHUNK(__m512, 16, H, _mm512_loadu_ps, _mm512_storeu_ps, WIDEN16, _mm512_fmadd_ps, _mm512_set1_ps)
 }
-static AP_NOINLINE void value_pass_avx512(const attn_task *t, const value_pass *vp) { VALUE_PASS(value_chunk_avx512, 16) }
+// 32 elements a chunk, the last 16 of a head dimension that is an odd multiple of 16 alone
+static AP_NOINLINE void value_pass_avx512(const attn_task *t, const value_pass *vp) {
+    const int paired = t->D - t->D % 32;
+    VALUE_PASS(value_chunk_avx512, 0, paired, 32, 2)
+    VALUE_PASS(value_chunk_avx512, paired, t->D, 16, 1)
+}
 #endif
 
 // the weighted sums of values: blocks of positions, each value row widened once per pass of up to 8
