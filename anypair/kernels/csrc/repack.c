@@ -139,6 +139,14 @@ static void q6_K_values(const block_q6_K *blk, uint8_t v[256]) {  // 0..63, offs
     }
 }
 
+// lane l's scale and sub-block scales in either Q6_K layout (both start with d and sc)
+static void q6_K_lane_scales(const block_q6_K *blk, int l, uint8_t *dst, int bits) {
+    uint16_t *d = bits ? ((block_q6_K_g16 *)dst)->d : ((block_q6_K_i8 *)dst)->d;
+    int8_t (*sc)[AP_GROUP][2] = bits ? ((block_q6_K_g16 *)dst)->sc : ((block_q6_K_i8 *)dst)->sc;
+    d[l] = blk->d;
+    for (int j = 0; j < 16; j++) sc[j / 2][l][j % 2] = blk->scales[j];
+}
+
 // Q6_K into either layout (`bits`: block_q6_K_g16, else block_q6_K_i8); both start with d and sc
 static void pack_q6_K_ref(const block_q6_K *rows[AP_GROUP], int b, uint8_t *dst, int bits) {
     block_q6_K_g16 *g6 = (block_q6_K_g16 *)dst;
@@ -149,10 +157,7 @@ static void pack_q6_K_ref(const block_q6_K *rows[AP_GROUP], int b, uint8_t *dst,
         const block_q6_K *blk = &rows[l][b];
         uint8_t v[256];
         q6_K_values(blk, v);
-        uint16_t *d = bits ? g6->d : g8->d;
-        int8_t (*sc)[AP_GROUP][2] = bits ? g6->sc : g8->sc;
-        d[l] = blk->d;
-        for (int j = 0; j < 16; j++) sc[j / 2][l][j % 2] = blk->scales[j];
+        q6_K_lane_scales(blk, l, dst, bits);
         if (!bits) {
             for (int e = 0; e < 256; e++) g8->q[e / 8][(e % 8) / 4][4 * l + e % 4] = v[e];
             continue;
@@ -221,10 +226,7 @@ static void pack_q6_K(const block_q6_K *rows[AP_GROUP], int b, uint8_t *dst, int
     for (int l = 0; l < AP_GROUP; l++) {
         if (!rows[l]) continue;
         const block_q6_K *blk = &rows[l][b];
-        uint16_t *d = bits ? g6->d : g8->d;
-        int8_t (*sc)[AP_GROUP][2] = bits ? g6->sc : g8->sc;
-        d[l] = blk->d;
-        for (int j = 0; j < 16; j++) sc[j / 2][l][j % 2] = blk->scales[j];
+        q6_K_lane_scales(blk, l, dst, bits);
         for (int t = 0; t < 32; t++) {
             const int n = t / 16, q = (t / 4) % 4, u = t % 4;
             const uint64_t x = load8(blk->ql + 64 * n + 32 * (q % 2) + 8 * u);
