@@ -45,46 +45,6 @@ static void pack_k_scales(uint16_t d, uint16_t dmin, const uint8_t scales[12], i
     for (int j = 0; j < 8; j++) { g->sc[j / 2][l][j % 2] = sc[j]; g->mn[j / 2][l][j % 2] = mn[j]; }
 }
 
-// lane l of a Q4_K group block: the block's scales, minimums and 4-bit values (the low 4 bits of `v`)
-static void pack_k_lane(uint16_t d, uint16_t dmin, const uint8_t scales[12], const uint8_t v[256], int l,
-                        block_q4_K_g16 *g) {
-    pack_k_scales(d, dmin, scales, l, g);
-    scatter_nibbles(v, 32, l, g->qs);
-}
-
-static void pack_q4_K_ref(const block_q4_K *rows[AP_GROUP], int b, block_q4_K_g16 *g) {
-    memset(g, 0, sizeof(*g));
-    for (int l = 0; l < AP_GROUP; l++) {
-        if (!rows[l]) continue;  // past N: zero block
-        const block_q4_K *blk = &rows[l][b];
-        uint8_t v[256];
-        for (int c = 0; c < 4; c++)  // 32 bytes: sub-block 2c in the low nibbles, 2c+1 in the high
-            for (int i = 0; i < 32; i++) { v[64 * c + i] = blk->qs[32 * c + i] & 15; v[64 * c + 32 + i] = blk->qs[32 * c + i] >> 4; }
-        pack_k_lane(blk->d, blk->dmin, blk->scales, v, l, g);
-    }
-}
-
-// Q5_K: ggml's element 64c + i has its low bits in the low nibble of qs[32c + i] and its fifth in bit 2c of
-// qh[i]; element 64c + 32 + i the high nibble and bit 2c + 1 (dequantize_row_q5_K)
-static void pack_q5_K_ref(const block_q5_K *rows[AP_GROUP], int b, block_q5_K_g16 *g) {
-    memset(g, 0, sizeof(*g));
-    for (int l = 0; l < AP_GROUP; l++) {
-        if (!rows[l]) continue;  // past N: zero block
-        const block_q5_K *blk = &rows[l][b];
-        uint8_t v[256];
-        for (int c = 0; c < 4; c++)
-            for (int i = 0; i < 32; i++) {
-                v[64 * c + i] = (uint8_t)((blk->qs[32 * c + i] & 15) | (((blk->qh[i] >> (2 * c)) & 1) << 4));
-                v[64 * c + 32 + i] = (uint8_t)((blk->qs[32 * c + i] >> 4) | (((blk->qh[i] >> (2 * c + 1)) & 1) << 4));
-            }
-        pack_k_lane(blk->d, blk->dmin, blk->scales, v, l, &g->k4);
-        for (int t = 0; t < 32; t++)
-            for (int s = 0; s < 2; s++)
-                for (int e = 0; e < 4; e++)
-                    g->qh[t / 4][4 * l + e] |= (uint8_t)((v[8 * t + 4 * s + e] >> 4) << (2 * (t % 4) + s));
-    }
-}
-
 static void pack_q4_1(const block_q4_1 *rows[AP_GROUP], int b, block_q4_1_g16 *g) {
     memset(g, 0, sizeof(*g));
     for (int l = 0; l < AP_GROUP; l++) {
@@ -139,42 +99,12 @@ static void q6_K_values(const block_q6_K *blk, uint8_t v[256]) {  // 0..63, offs
     }
 }
 
-// lane l's scale and sub-block scales in either Q6_K layout (both start with d and sc)
-static void q6_K_lane_scales(const block_q6_K *blk, int l, uint8_t *dst, int bits) {
-    uint16_t *d = bits ? ((block_q6_K_g16 *)dst)->d : ((block_q6_K_i8 *)dst)->d;
-    int8_t (*sc)[AP_GROUP][2] = bits ? ((block_q6_K_g16 *)dst)->sc : ((block_q6_K_i8 *)dst)->sc;
-    d[l] = blk->d;
-    for (int j = 0; j < 16; j++) sc[j / 2][l][j % 2] = blk->scales[j];
-}
-
-// Q6_K into either layout (`bits`: block_q6_K_g16, else block_q6_K_i8); both start with d and sc
-static void pack_q6_K_ref(const block_q6_K *rows[AP_GROUP], int b, uint8_t *dst, int bits) {
-    block_q6_K_g16 *g6 = (block_q6_K_g16 *)dst;
-    block_q6_K_i8 *g8 = (block_q6_K_i8 *)dst;
-    memset(dst, 0, bits ? sizeof(*g6) : sizeof(*g8));
-    for (int l = 0; l < AP_GROUP; l++) {
-        if (!rows[l]) continue;
-        const block_q6_K *blk = &rows[l][b];
-        uint8_t v[256];
-        q6_K_values(blk, v);
-        q6_K_lane_scales(blk, l, dst, bits);
-        if (!bits) {
-            for (int e = 0; e < 256; e++) g8->q[e / 8][(e % 8) / 4][4 * l + e % 4] = v[e];
-            continue;
-        }
-        scatter_nibbles(v, 32, l, g6->qs);
-        for (int t = 0; t < 32; t++)
-            for (int s = 0; s < 2; s++)
-                for (int e = 0; e < 4; e++)
-                    g6->qh[t / 2][4 * l + e] |= (uint8_t)((v[8 * t + 4 * s + e] >> 4) << (4 * (t % 2) + 2 * s));
-    }
-}
-
-// ---- the same bytes a word at a time (what a load runs): 8 bytes of the file give one lane's 4 bytes of a step ----
-// The reference packers above unpack every value into a byte and scatter it; these read the file's
-// bytes 8 at a time and write the lane's 4 bytes of each step at once (the first load of a 7-9B file
-// spent most of its time in the byte loops). `ap_repack_reference` runs the reference; the tests
-// compare the two byte for byte on every type and layout.
+// ---- the K-quants: the byte loops (the reference) and the same bytes a word at a time (what a load runs) ----
+// The reference unpacks every value of a lane into a byte and scatters it; the word-at-a-time lanes read
+// the file's bytes 8 at a time and write a lane's 4 bytes of each step at once (the first load of a 7-9B
+// file spent most of its time in the byte loops). `ap_repack_reference` runs the reference; the tests
+// compare the two byte for byte on every type and layout. A group's block, its zeroed padding and each
+// lane's scales are written once per type, whichever writes the values.
 
 static inline uint64_t load8(const uint8_t *p) { uint64_t x; memcpy(&x, p, 8); return x; }
 static inline void or4(uint8_t *p, uint32_t w) { uint32_t o; memcpy(&o, p, 4); o |= w; memcpy(p, &o, 4); }
@@ -192,54 +122,110 @@ static void k_nibbles(const uint8_t qs[128], int l, uint8_t (*out)[4 * AP_GROUP]
     for (int t = 0; t < 32; t++) put4(&out[t][4 * l], nibble_word(load8(qs + 32 * (t / 8) + 8 * (t % 4)), t % 8 >= 4));
 }
 
-static void pack_q4_K(const block_q4_K *rows[AP_GROUP], int b, block_q4_K_g16 *g) {
+static void q4_K_lane_ref(const block_q4_K *blk, int l, block_q4_K_g16 *g) {
+    uint8_t v[256];
+    for (int c = 0; c < 4; c++)  // 32 bytes: sub-block 2c in the low nibbles, 2c+1 in the high
+        for (int i = 0; i < 32; i++) { v[64 * c + i] = blk->qs[32 * c + i] & 15; v[64 * c + 32 + i] = blk->qs[32 * c + i] >> 4; }
+    scatter_nibbles(v, 32, l, g->qs);
+}
+
+static void pack_q4_K(const block_q4_K *rows[AP_GROUP], int b, block_q4_K_g16 *g, int reference) {
     memset(g, 0, sizeof(*g));
     for (int l = 0; l < AP_GROUP; l++) {
         if (!rows[l]) continue;  // past N: zero block
         const block_q4_K *blk = &rows[l][b];
         pack_k_scales(blk->d, blk->dmin, blk->scales, l, g);
-        k_nibbles(blk->qs, l, g->qs);
+        if (reference) q4_K_lane_ref(blk, l, g);
+        else k_nibbles(blk->qs, l, g->qs);
     }
 }
 
-// Q5_K: the fifth bit of step t's element 8t + 4s + e is bit 2c + (u >= 4) of qh[8(u % 4) + 4s + e]
-static void pack_q5_K(const block_q5_K *rows[AP_GROUP], int b, block_q5_K_g16 *g) {
+// Q5_K: ggml's element 64c + i has its low bits in the low nibble of qs[32c + i] and its fifth in bit 2c of
+// qh[i]; element 64c + 32 + i the high nibble and bit 2c + 1 (dequantize_row_q5_K)
+static void q5_K_lane_ref(const block_q5_K *blk, int l, block_q5_K_g16 *g) {
+    uint8_t v[256];
+    for (int c = 0; c < 4; c++)
+        for (int i = 0; i < 32; i++) {
+            v[64 * c + i] = (uint8_t)((blk->qs[32 * c + i] & 15) | (((blk->qh[i] >> (2 * c)) & 1) << 4));
+            v[64 * c + 32 + i] = (uint8_t)((blk->qs[32 * c + i] >> 4) | (((blk->qh[i] >> (2 * c + 1)) & 1) << 4));
+        }
+    scatter_nibbles(v, 32, l, g->k4.qs);
+    for (int t = 0; t < 32; t++)
+        for (int s = 0; s < 2; s++)
+            for (int e = 0; e < 4; e++)
+                g->qh[t / 4][4 * l + e] |= (uint8_t)((v[8 * t + 4 * s + e] >> 4) << (2 * (t % 4) + s));
+}
+
+// a word at a time: the fifth bit of step t's element 8t + 4s + e is bit 2c + (u >= 4) of qh[8(u % 4) + 4s + e]
+static void q5_K_lane_words(const block_q5_K *blk, int l, block_q5_K_g16 *g) {
+    k_nibbles(blk->qs, l, g->k4.qs);
+    for (int t = 0; t < 32; t++) {
+        const uint64_t h = (load8(blk->qh + 8 * (t % 4)) >> (2 * (t / 8) + (t % 8 >= 4))) & 0x0101010101010101u;
+        or4(&g->qh[t / 4][4 * l], ((uint32_t)h | (uint32_t)(h >> 32) << 1) << (2 * (t % 4)));
+    }
+}
+
+static void pack_q5_K(const block_q5_K *rows[AP_GROUP], int b, block_q5_K_g16 *g, int reference) {
     memset(g, 0, sizeof(*g));
     for (int l = 0; l < AP_GROUP; l++) {
         if (!rows[l]) continue;  // past N: zero block
         const block_q5_K *blk = &rows[l][b];
         pack_k_scales(blk->d, blk->dmin, blk->scales, l, &g->k4);
-        k_nibbles(blk->qs, l, g->k4.qs);
-        for (int t = 0; t < 32; t++) {
-            const uint64_t h = (load8(blk->qh + 8 * (t % 4)) >> (2 * (t / 8) + (t % 8 >= 4))) & 0x0101010101010101u;
-            or4(&g->qh[t / 4][4 * l], ((uint32_t)h | (uint32_t)(h >> 32) << 1) << (2 * (t % 4)));
+        if (reference) q5_K_lane_ref(blk, l, g);
+        else q5_K_lane_words(blk, l, g);
+    }
+}
+
+// Q6_K into either layout (`bits`: block_q6_K_g16, else block_q6_K_i8)
+static void q6_K_lane_ref(const block_q6_K *blk, int l, uint8_t *dst, int bits) {
+    uint8_t v[256];
+    q6_K_values(blk, v);
+    if (!bits) {
+        block_q6_K_i8 *g8 = (block_q6_K_i8 *)dst;
+        for (int e = 0; e < 256; e++) g8->q[e / 8][(e % 8) / 4][4 * l + e % 4] = v[e];
+        return;
+    }
+    block_q6_K_g16 *g6 = (block_q6_K_g16 *)dst;
+    scatter_nibbles(v, 32, l, g6->qs);
+    for (int t = 0; t < 32; t++)
+        for (int s = 0; s < 2; s++)
+            for (int e = 0; e < 4; e++)
+                g6->qh[t / 2][4 * l + e] |= (uint8_t)((v[8 * t + 4 * s + e] >> 4) << (4 * (t % 2) + 2 * s));
+}
+
+// a word at a time: step t = 16n + 4q + u holds elements 128n + 32q + 8u + (0..7) (q6_K_values): their low
+// 4 bits are the low (q < 2) or high nibbles of ql[64n + 32(q % 2) + 8u ...], their high 2 bits
+// (qh[32n + 8u ...] >> 2q) & 3
+static void q6_K_lane_words(const block_q6_K *blk, int l, uint8_t *dst, int bits) {
+    block_q6_K_g16 *g6 = (block_q6_K_g16 *)dst;
+    block_q6_K_i8 *g8 = (block_q6_K_i8 *)dst;
+    for (int t = 0; t < 32; t++) {
+        const int n = t / 16, q = (t / 4) % 4, u = t % 4;
+        const uint64_t x = load8(blk->ql + 64 * n + 32 * (q % 2) + 8 * u);
+        const uint64_t h = (load8(blk->qh + 32 * n + 8 * u) >> (2 * q)) & 0x0303030303030303u;
+        if (bits) {
+            put4(&g6->qs[t][4 * l], nibble_word(x, q >= 2));
+            or4(&g6->qh[t / 2][4 * l], ((uint32_t)h | (uint32_t)(h >> 32) << 2) << (4 * (t % 2)));
+        } else {
+            const uint64_t lows = (q >= 2 ? x >> 4 : x) & 0x0F0F0F0F0F0F0F0Fu;
+            put4(&g8->q[t][0][4 * l], (uint32_t)lows | (uint32_t)h << 4);
+            put4(&g8->q[t][1][4 * l], (uint32_t)(lows >> 32) | (uint32_t)(h >> 32) << 4);
         }
     }
 }
 
-// Q6_K: step t = 16n + 4q + u holds elements 128n + 32q + 8u + (0..7) (q6_K_values): their low 4 bits
-// are the low (q < 2) or high nibbles of ql[64n + 32(q % 2) + 8u ...], their high 2 bits (qh[32n + 8u ...] >> 2q) & 3
-static void pack_q6_K(const block_q6_K *rows[AP_GROUP], int b, uint8_t *dst, int bits) {
-    block_q6_K_g16 *g6 = (block_q6_K_g16 *)dst;
-    block_q6_K_i8 *g8 = (block_q6_K_i8 *)dst;
-    memset(dst, 0, bits ? sizeof(*g6) : sizeof(*g8));
+// both layouts start with d and sc
+static void pack_q6_K(const block_q6_K *rows[AP_GROUP], int b, uint8_t *dst, int bits, int reference) {
+    memset(dst, 0, bits ? sizeof(block_q6_K_g16) : sizeof(block_q6_K_i8));
+    uint16_t *d = bits ? ((block_q6_K_g16 *)dst)->d : ((block_q6_K_i8 *)dst)->d;
+    int8_t (*sc)[AP_GROUP][2] = bits ? ((block_q6_K_g16 *)dst)->sc : ((block_q6_K_i8 *)dst)->sc;
     for (int l = 0; l < AP_GROUP; l++) {
-        if (!rows[l]) continue;
+        if (!rows[l]) continue;  // past N: zero block
         const block_q6_K *blk = &rows[l][b];
-        q6_K_lane_scales(blk, l, dst, bits);
-        for (int t = 0; t < 32; t++) {
-            const int n = t / 16, q = (t / 4) % 4, u = t % 4;
-            const uint64_t x = load8(blk->ql + 64 * n + 32 * (q % 2) + 8 * u);
-            const uint64_t h = (load8(blk->qh + 32 * n + 8 * u) >> (2 * q)) & 0x0303030303030303u;
-            if (bits) {
-                put4(&g6->qs[t][4 * l], nibble_word(x, q >= 2));
-                or4(&g6->qh[t / 2][4 * l], ((uint32_t)h | (uint32_t)(h >> 32) << 2) << (4 * (t % 2)));
-            } else {
-                const uint64_t lows = (q >= 2 ? x >> 4 : x) & 0x0F0F0F0F0F0F0F0Fu;
-                put4(&g8->q[t][0][4 * l], (uint32_t)lows | (uint32_t)h << 4);
-                put4(&g8->q[t][1][4 * l], (uint32_t)(lows >> 32) | (uint32_t)(h >> 32) << 4);
-            }
-        }
+        d[l] = blk->d;
+        for (int j = 0; j < 16; j++) sc[j / 2][l][j % 2] = blk->scales[j];
+        if (reference) q6_K_lane_ref(blk, l, dst, bits);
+        else q6_K_lane_words(blk, l, dst, bits);
     }
 }
 
@@ -257,11 +243,9 @@ static void repack_group(int type, const uint8_t *rows, size_t row_bytes, int N,
         if (type == AP_Q4_1_G16) pack_q4_1((const block_q4_1 **)members, b, (block_q4_1_g16 *)dst);
         else if (type == AP_Q5_0_G16) pack_q5_0((const block_q5_0 **)members, b, (block_q5_0_g16 *)dst);
         else if (type == AP_Q8_0_G16) pack_q8_0((const block_q8_0 **)members, b, (block_q8_0_g16 *)dst);
-        else if (type == AP_Q4_K_G16)
-            (reference ? pack_q4_K_ref : pack_q4_K)((const block_q4_K **)members, b, (block_q4_K_g16 *)dst);
-        else if (type == AP_Q5_K_G16)
-            (reference ? pack_q5_K_ref : pack_q5_K)((const block_q5_K **)members, b, (block_q5_K_g16 *)dst);
-        else (reference ? pack_q6_K_ref : pack_q6_K)((const block_q6_K **)members, b, dst, type == AP_Q6_K_G16);
+        else if (type == AP_Q4_K_G16) pack_q4_K((const block_q4_K **)members, b, (block_q4_K_g16 *)dst, reference);
+        else if (type == AP_Q5_K_G16) pack_q5_K((const block_q5_K **)members, b, (block_q5_K_g16 *)dst, reference);
+        else pack_q6_K((const block_q6_K **)members, b, dst, type == AP_Q6_K_G16, reference);
     }
 }
 
