@@ -197,6 +197,9 @@ class GenerationStats:
     draft_rounds: int = 0
     draft_capped_rounds: int = 0
     batch_draft_note: Optional[str] = None
+    # each round's own rows (the last committed token and every proposed token, a tree's alternatives
+    # too) and the proposed tokens kept: what `benchmarking.replay` re-runs at another target's size
+    round_log: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def mean_rows_per_round(self) -> float:

@@ -265,6 +265,41 @@ def test_the_pairs_rounds_are_recorded_and_replayed_with_the_same_rows_and_conte
     assert "| 0 |" in rp.format_replay(result)
 
 
+def test_the_recorded_rounds_are_the_rows_the_target_scored_with_any_drafter():
+    """Each round's rows in a request's `round_log` are the proposal's tokens (a tree's alternatives too)
+    and the last committed token: what the replay re-runs. The hybrid drafter (the same draft model,
+    the prompt's n-grams proposed where they match) records the same way."""
+    from anypair.benchmarking import replay as rp
+    from anypair.generation.generator import AnyPairGenerator
+    from anypair.policies import make_policy
+
+    gen = AnyPairGenerator("Qwen/Qwen2.5-Coder-0.5B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct",
+                           drafter="hybrid", draft_length=make_policy("constant", 4), threads=2)
+    prompt = "def add(a, b):\n    return a + b\n\ndef add3(a, b, c):\n    return a + b + c\n\ndef add"
+    stats = gen.generate(prompt, max_new_tokens=24).stats
+    assert len(stats.round_log) == stats.rounds
+    assert sum(rows - 1 for rows, _ in stats.round_log) == stats.draft_tokens_proposed
+    assert sum(kept for _, kept in stats.round_log) == stats.draft_tokens_accepted
+    recorded = rp.record([prompt], 24, threads=2, progress=False, drafter="hybrid",
+                         target="Qwen/Qwen2.5-Coder-0.5B-Instruct", draft="HuggingFaceTB/SmolLM2-135M-Instruct")
+    assert sum(kept + 1 for _, kept in recorded[0].rounds) == recorded[0].new_tokens - 1
+
+
+def test_the_replayed_policy_passes_on_every_advice_of_the_shipped_one():
+    """The handle the replay prices the policy through must forward the advice for trees of candidates
+    too (it once did not: the policy's trees were never grown in a replay)."""
+    from anypair.benchmarking import replay as rp
+    from anypair.policies import AdaptiveLength, DraftLengthPolicy
+
+    inner = AdaptiveLength()
+    inner.reset(confidence_stopping=True)  # a model drafter's request: the policy grows trees
+    handle = rp._Priced(inner)
+    assert inner.branch_confidence() is not None and handle.branch_confidence() == inner.branch_confidence()
+    assert handle.stop_confidence() == inner.stop_confidence() and handle.next_length() == inner.next_length()
+    own = {n for n, v in vars(DraftLengthPolicy).items() if callable(v) and not n.startswith("_")}
+    assert own <= {n for n, v in vars(rp._Priced).items() if callable(v)}, own
+
+
 def test_the_replayed_policy_prices_rounds_at_the_seed_targets_costs(monkeypatch):
     """At 9B a draft step is ~2% of a target step: the recorded policy must price rounds with the seed
     target's measured forwards (and the draft's step), not with the 1.5B target's."""

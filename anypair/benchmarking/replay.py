@@ -61,15 +61,14 @@ class RecordedPrompt:
         return out
 
 
-class _Recorder(DraftLengthPolicy):
-    """The shipped policy, with each round's feedback kept (the last round of a request has none:
-    `record` completes it from the request's totals)."""
+class _Priced(DraftLengthPolicy):
+    """The shipped policy behind a handle, so that it can be priced at the seed target's size once the
+    warm-up request has timed a draft step (`record`)."""
 
-    name = "adaptive (recorded)"
+    name = "adaptive (replayed)"
 
     def __init__(self, inner: DraftLengthPolicy) -> None:
         self.inner = inner
-        self.log: list[RoundFeedback] = []
 
     def next_length(self) -> int:
         return self.inner.next_length()
@@ -77,15 +76,16 @@ class _Recorder(DraftLengthPolicy):
     def stop_confidence(self) -> float:
         return self.inner.stop_confidence()
 
+    def branch_confidence(self):
+        return self.inner.branch_confidence()
+
     def remember(self, memory) -> None:
         self.inner.remember(memory)
 
     def reset(self, confidence_stopping: bool = False) -> None:
-        self.log = []
         self.inner.reset(confidence_stopping)
 
     def update(self, feedback: RoundFeedback) -> None:
-        self.log.append(feedback)
         self.inner.update(feedback)
 
 
@@ -99,19 +99,23 @@ def seed_priced_costs(row_seconds: dict[int, float], draft_step_s: float):
 
 
 def record(prompts: Sequence[str], max_new_tokens: int, threads: int, progress: bool = True,
-           target: Optional[str] = None, draft: Optional[str] = None,
+           target: Optional[str] = None, draft: Optional[str] = None, drafter: str = "model",
            fixed_length: Optional[int] = None, seed_row_s: Optional[dict[int, float]] = None) -> list[RecordedPrompt]:
     """Each prompt through the real pair (default: the default pair) with the shipped policy, or a
     constant `fixed_length` draft steps a round (what a longer draft would have had accepted, for the
     sweep at a size where drafting is cheap), and its target alone for the real speedup. `seed_row_s`
     (a seed target's forwards by rows, seconds): the policy prices rounds at that target's
-    costs (`seed_priced_costs`) instead of the 1.5B target's."""
+    costs (`seed_priced_costs`) instead of the 1.5B target's. `drafter`: `drafters.DRAFTERS`' name ('hybrid':
+    the same draft model with the prompt's own n-grams proposed where they match)."""
     from anypair.generation.generator import AnyPairGenerator
     from anypair.policies import AdaptiveLength, make_policy
     from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
-    recorder = _Recorder(make_policy("adaptive") if fixed_length is None else make_policy("constant", fixed_length))
-    gen = AnyPairGenerator(target or DEFAULT_TARGET, draft or DEFAULT_DRAFT, draft_length=recorder, threads=threads)
+    recorder = _Priced(make_policy("adaptive") if fixed_length is None else make_policy("constant", fixed_length))
+    # the ledger's pauses are left off: it would judge drafting by the 1.5B target's costs, where a draft
+    # step is 13% of a step and a summary's drafting loses; beside the seed target it is 2-4%
+    gen = AnyPairGenerator(target or DEFAULT_TARGET, draft or DEFAULT_DRAFT, drafter=drafter, draft_length=recorder,
+                           threads=threads, skip_losing_drafts=False)
     gen.generate(prompts[0], max_new_tokens=8)  # warm-up: allocations and kernel choices
     if fixed_length is None and seed_row_s is not None:  # the draft's step is measured now: price at the seed's size
         if gen.draft_step_seconds is None:
@@ -126,12 +130,7 @@ def record(prompts: Sequence[str], max_new_tokens: int, threads: int, progress: 
     for i, prompt in enumerate(prompts):
         alone = gen.generate(prompt, max_new_tokens=max_new_tokens, assisted=False).stats
         stats = gen.generate(prompt, max_new_tokens=max_new_tokens).stats
-        rounds = [(1 + f.proposed, f.accepted) for f in recorder.log]
-        # the last round reports no feedback: its counts are what the totals leave
-        last_proposed = stats.draft_tokens_proposed - sum(f.proposed for f in recorder.log)
-        last_accepted = stats.draft_tokens_accepted - sum(f.accepted for f in recorder.log)
-        if stats.rounds > len(rounds):
-            rounds.append((1 + last_proposed, last_accepted))
+        rounds = list(stats.round_log)  # a tree's rows all count: its forward scores them all
         speedup = _decode_s(alone) / _decode_s(stats) * (stats.new_tokens - 1) / max(alone.new_tokens - 1, 1)
         recorded.append(RecordedPrompt(stats.prompt_tokens, stats.new_tokens, rounds,
                                        stats.time_drafting_s + stats.time_translating_s, speedup))
@@ -209,7 +208,7 @@ class ReplayRow:
 
 def replay(shape, prompts: Sequence[str], *, max_new_tokens: int = 128, threads: int = 2,
            progress: bool = True, recorded: Optional[list[RecordedPrompt]] = None,
-           fixed_length: Optional[int] = None, priced_at_size: bool = True) -> dict:
+           fixed_length: Optional[int] = None, priced_at_size: bool = True, drafter: str = "model") -> dict:
     """Record (unless given), then replay on the seed-shaped file of `shape` (a SeedShape or its name).
     `priced_at_size` (the shipped policy's rounds only): the policy prices rounds at the seed target's
     measured costs, timed on the loaded file before recording (False: at the 1.5B target's)."""
@@ -245,11 +244,13 @@ def replay(shape, prompts: Sequence[str], *, max_new_tokens: int = 128, threads:
                "the shipped policy priced at the 1.5B target's costs" if fixed_length is None else
                f"a constant {fixed_length}-step draft")
         say(f"recording {len(prompts)} prompts on the real default pair, {how}")
-        recorded = record(prompts, max_new_tokens, threads, progress, fixed_length=fixed_length, seed_row_s=row_s)
+        recorded = record(prompts, max_new_tokens, threads, progress, drafter=drafter, fixed_length=fixed_length,
+                          seed_row_s=row_s)
     replayed = _replay_rounds(target, recorded, ids, say, path.name)
     del target  # before llama.cpp loads the same file
     gc.collect()
-    return _result(shape, path, recorded, replayed, ids, threads, max_new_tokens, say, label)
+    result = _result(shape, path, recorded, replayed, ids, threads, max_new_tokens, say, label)
+    return {**result, "drafter": drafter}
 
 
 def _replay_rounds(target, recorded: list[RecordedPrompt], ids: Sequence[int], say, name: str) -> list[dict]:
@@ -311,7 +312,7 @@ def summarize(rows: Sequence[ReplayRow]) -> dict:
 
 
 def format_replay(result: dict) -> str:
-    lines = [result["what"], f"draft length: {result.get('draft_length', 'policy')}; machine: {result['machine']}", "",
+    lines = [result["what"], f"drafter: {result.get('drafter', 'model')}; draft length: {result.get('draft_length', 'policy')}; machine: {result['machine']}", "",
              "| prompt | prompt tokens | rounds | anypair ms/token | target alone | llama.cpp alone | vs target | "
              "draft share | real pair at 1.5B |", "|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:

@@ -412,7 +412,7 @@ def _run_replay_cmd(args) -> int:
     for length in lengths:
         results.append(replay(args.target_shape, prompts, max_new_tokens=args.max_new_tokens or 128,
                               threads=args.threads or 2, fixed_length=length if isinstance(length, int) else None,
-                              priced_at_size=length != "1.5b"))
+                              priced_at_size=length != "1.5b", drafter=args.drafter))
         print(format_replay(results[-1]), flush=True)
         if args.json:  # after each length: a long run keeps what it measured
             Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -419,6 +419,7 @@ class RoundRecorder:
         stats.rounds += 1
         stats.draft_tokens_proposed += len(proposal)
         stats.draft_tokens_accepted += outcome.n_accepted
+        stats.round_log.append((1 + len(proposal), outcome.n_accepted))
         if len(proposal):
             source = proposal.source
             stats.proposals_by_source[source] = stats.proposals_by_source.get(source, 0) + len(proposal)
