@@ -460,17 +460,6 @@ def test_a_group_with_biases_and_mixed_types_equals_its_members_alone(real_matri
     assert torch.equal(second, LinearGroup([q8])(x)[0])
 
 
-def test_interleaved_copies_start_on_huge_page_boundaries():
-    """Large interleaved copies live in their own 2 MB-aligned mapping (advised for transparent huge
-    pages); small ones are plain arrays. Either way every byte is writable and the size is exact."""
-    from anypair.kernels.ops import huge_page_bytes
-
-    large, small = huge_page_bytes(5 << 20), huge_page_bytes(4096)
-    assert large.nbytes == 5 << 20 and large.ctypes.data % (2 << 20) == 0
-    large[:] = 7
-    assert int(large[-1]) == 7 and small.nbytes == 4096
-
-
 def test_bad_input_is_refused():
     weight = QuantWeight(0, 8, 32, np.zeros((8, 128), dtype=np.uint8))
     with pytest.raises(ValueError):

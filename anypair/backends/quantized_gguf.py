@@ -291,6 +291,7 @@ class QuantizedGGUFBackend(ModelBackend):
         """`layout_cache`: keep the kernels' layout of the file on disk and read it on later loads
         (kernels/packed_cache.py); None: on unless $ANYPAIR_LAYOUT_CACHE=0."""
         from anypair.kernels import load_library
+        from anypair.kernels.huge_pages import collapse_later
         from anypair.kernels.packed_cache import LayoutCache
 
         load_library()  # compile (or find in the cache) before reading the model: a missing compiler fails fast
@@ -308,6 +309,7 @@ class QuantizedGGUFBackend(ModelBackend):
         self.layout_cache = LayoutCache(self.path, layout_cache, threads=self.threads)
         self._load_weights(gguf, self.layout_cache)
         self.layout_cache.finish()
+        collapse_later()  # what was faulted on 4 KB pages goes onto 2 MB pages now, off the load's path
         matrices = [w for layer in self.layers for w in layer.matrices]
         self.weight_types = sorted({w.type_name for w in matrices} | {w.type_name for w in self.head.weights})
         self.weights_bytes = sum(w.nbytes for w in matrices) + self.embedding.nbytes \

@@ -12,7 +12,6 @@ to F32 with gguf's own code (exact values), so every GGUF type runs, the rare on
 from __future__ import annotations
 
 import ctypes
-import mmap
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Sequence
 
@@ -23,6 +22,7 @@ from anypair.kernels.binding import ApLayer as _ApLayer
 from anypair.kernels.binding import ApModel as _ApModel
 from anypair.kernels.binding import ApWeight as _ApWeight
 from anypair.kernels.build import load_library
+from anypair.kernels.huge_pages import huge_page_bytes
 
 #: ggml types with a kernel of their own (others are widened to F32 at load)
 NATIVE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 8: "Q8_0", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K"}
@@ -116,24 +116,6 @@ class QuantWeight:
         qtype = GGMLQuantizationType(tensor.ggml_type)
         values = np.ascontiguousarray(dequantize(data, qtype).reshape(rows, cols).astype(np.float32))
         return cls(_F32, rows, cols, values.view(np.uint8).reshape(rows, -1), bias, f"{qtype.name} as F32")
-
-
-_HUGE_PAGE = 2 << 20
-
-
-def huge_page_bytes(size: int) -> np.ndarray:
-    """`size` uninitialised bytes on 2 MB pages where the OS gives them (Linux transparent huge
-    pages, asked for with madvise, which is what most distributions' default "madvise" mode needs):
-    a step streams every weight once, and on 4 KB pages each 4 KB costs a TLB miss on the way.
-    Measured on 2 Zen 4 threads, interleaved A/B: 2-3% off a step of either model of the default pair."""
-    advice = getattr(mmap, "MADV_HUGEPAGE", None)  # Linux only
-    if size < _HUGE_PAGE or advice is None:
-        return np.empty(size, dtype=np.uint8)
-    region = mmap.mmap(-1, size + _HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    whole = np.frombuffer(region, dtype=np.uint8)
-    start = (-whole.ctypes.data) % _HUGE_PAGE
-    region.madvise(advice, start, size - size % mmap.PAGESIZE)
-    return whole[start:start + size]
 
 
 def _interleave(ggml_type: int, rows: np.ndarray, count: int, cols: int, layout: Optional[Any] = None,

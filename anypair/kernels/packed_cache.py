@@ -195,7 +195,7 @@ class LayoutCache:
                repack: Callable[[np.ndarray], None]) -> tuple[np.ndarray, bool]:
         """(the `size` bytes matrix `key` is read from, whether the cache fills them: then they hold its
         interleaved layout once `finish()` returns). Otherwise `repack(view)` has filled them already.
-        `allocate(size)`: the memory either way (ops.huge_page_bytes, passed in: ops imports this
+        `allocate(size)`: the memory either way (huge_pages.huge_page_bytes, passed in by ops, which imports this
         module's users, not the other way)."""
         if self.mode in ("read", "mapped"):
             view = self._read(key, kernel_type, size, allocate, repack)
