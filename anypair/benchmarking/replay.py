@@ -123,6 +123,8 @@ def record(prompts: Sequence[str], max_new_tokens: int, threads: int, progress: 
                                "at the seed's size (try --replay-lengths policy-1.5b)")
         costs = seed_priced_costs(seed_row_s, gen.draft_step_seconds)
         recorder.inner = AdaptiveLength(fixed_costs=costs)
+        # the hybrid's lookup proposals are priced by the verified row too: at the seed target's slope
+        gen._lookup_slope = lambda: costs.verify_slope
         if progress:
             print(f"  the policy priced beside the seed target: a draft step {costs.draft_step:.3f} of its step, "
                   f"each extra row {costs.verify_slope:.3f}", file=sys.stderr, flush=True)
