@@ -1,20 +1,23 @@
-"""Anonymous memory for the interleaved weights on 2 MB pages, without making a load wait for the
-kernel to compact memory for them.
+"""Anonymous memory for the interleaved weights on 2 MB pages, without making a load wait for 2 MB
+faults.
 
 A step streams every weight once, and on 4 KB pages each 4 KB costs a TLB miss on the way (2-3% of a
-step of the default pair, 3-25% of a 7B step, measured on this project's Zen 4 and Xeon). With
-transparent huge pages in `madvise` mode (most distributions' default) a fault in a region advised
-MADV_HUGEPAGE takes a free 2 MB block; where none is free (memory full of page cache, or cut into
-4 KB pieces by an earlier process) the fault waits while the kernel reclaims and compacts memory for
-it. So the first load of a 7B file took 6.9-7.1 s where it had to, against 2.3-2.6 s where free
-blocks were at hand, and llama.cpp's 3.4 s (it stays on 4 KB pages; Intel Xeon, 2 vCPUs).
+step of the default pair, more at 7B, measured on this project's Zen 4 and Xeon). But a 2 MB fault is
+the dearest way to get fresh memory: the kernel must find (or reclaim and compact) a free 2 MB block
+and zero it, and in a VM a block the host has not backed lately costs the host's faults too. Measured
+on this project's Intel Xeon VM (2 vCPUs, `/tmp/touch.py` of the session note: 2 GB touched, five
+times alternating): 2 MB faults 0.47, 1.04 and 8.65 GB/s, 4 KB faults 3.08 and 3.09 GB/s; a first load
+of Qwen2.5-7B's shape spent 53% of its samples zeroing 2 MB pages (5.5 s, against llama.cpp's 2.8 s
+on 4 KB pages). Which 2 MB blocks are slow cannot be told beforehand (with 4 GB of free 2 MB blocks
+the load still took 5.5 s).
 
-`huge_page_bytes` therefore asks for huge pages at fault time only while the kernel's free 2 MB
-blocks (/proc/buddyinfo) cover the allocation; the rest is faulted on 4 KB pages at once and
-`collapse_later` has a background thread collapse it into 2 MB pages after the load has returned
-(MADV_COLLAPSE, Linux 6.1: the same addresses and bytes, so the kernels never see the change; the
-reclaim and compaction happen there, off the load's path). Where MADV_COLLAPSE is missing, the
-region is advised MADV_HUGEPAGE instead, for khugepaged to collapse in its own time.
+So `huge_page_bytes` faults the weights on 4 KB pages (advised MADV_NOHUGEPAGE until then, so also
+where transparent huge pages are `always`), at a steady rate, and a background thread moves them onto
+2 MB pages once the load is over (MADV_COLLAPSE, Linux 6.1: the same addresses and bytes, so the
+kernels never see the change, and the kernel's search for blocks happens there, off the load's
+path): at once where the engine says its load is done (`collapse_later`), else once no allocation
+came for QUIET_S. Where MADV_COLLAPSE is missing the memory is advised MADV_HUGEPAGE instead, for
+khugepaged to collapse in its own time.
 """
 from __future__ import annotations
 
@@ -34,8 +37,7 @@ logger = logging.getLogger("anypair")
 HUGE_PAGE = 2 << 20
 _MADV_COLLAPSE = 25  # Linux 6.1
 _COLLAPSE_PIECE = 32 << 20  # one call's range: the thread lets go of the kernel's locks between pieces
-#: free 2 MB blocks left to the rest of the system when an allocation asks for huge pages at fault time
-_RESERVE_BLOCKS = 128
+QUIET_S = 0.5  # no allocation for this long: a load is over (where no engine said so)
 
 
 @dataclass
@@ -52,58 +54,38 @@ _lock = threading.Lock()
 _later: list[tuple[weakref.ref, int, int]] = []  # (the mapping, its first 2 MB page, bytes on whole 2 MB pages)
 _status = CollapseStatus()
 _worker: Optional[threading.Thread] = None
-
-
-def free_huge_blocks() -> Optional[int]:
-    """Free 2 MB blocks the kernel holds now (/proc/buddyinfo, orders 9 and up, all zones); None where
-    it does not say (not Linux)."""
-    try:
-        with open("/proc/buddyinfo") as info:
-            return blocks_in_buddyinfo(info.read())
-    except (OSError, ValueError):
-        return None
-
-
-def blocks_in_buddyinfo(text: str) -> int:
-    """2 MB blocks in /proc/buddyinfo's text: each line "Node 0, zone Normal" and the free blocks of
-    orders 0, 1, ... (a page << order); with 4 KB pages a block of order 10 is two of 2 MB."""
-    huge = (HUGE_PAGE // mmap.PAGESIZE).bit_length() - 1
-    blocks = 0
-    for line in text.splitlines():
-        counts = [int(n) for n in line.split()[4:]]
-        blocks += sum(count << (order - huge) for order, count in enumerate(counts) if order >= huge)
-    return blocks
+_last_allocation = 0.0
+_go = False  # an engine's load is over: collapse without waiting for QUIET_S
 
 
 def huge_page_bytes(size: int) -> np.ndarray:
-    """`size` uninitialised bytes, 2 MB-aligned: on 2 MB pages at fault time where the kernel has the
-    free blocks, else on 4 KB pages now and collapsed after the load (`collapse_later`)."""
-    advice = getattr(mmap, "MADV_HUGEPAGE", None)  # Linux only
-    if size < HUGE_PAGE or advice is None:
+    """`size` uninitialised bytes, 2 MB-aligned, faulted on 4 KB pages and collapsed onto 2 MB pages
+    after the load (in the background)."""
+    if size < HUGE_PAGE or not hasattr(mmap, "MADV_NOHUGEPAGE"):  # small, or not Linux
         return np.empty(size, dtype=np.uint8)
+    global _last_allocation, _worker
     region = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     whole = np.frombuffer(region, dtype=np.uint8)
     start = (-whole.ctypes.data) % HUGE_PAGE
     view = whole[start:start + size]
-    free = free_huge_blocks()
-    if free is None or free - _RESERVE_BLOCKS >= -(-size // HUGE_PAGE):
-        region.madvise(advice, start, size - size % mmap.PAGESIZE)
-    else:
-        with _lock:
-            _later.append((weakref.ref(region), int(view.ctypes.data), size // HUGE_PAGE * HUGE_PAGE))
-            _status.pending_bytes += size // HUGE_PAGE * HUGE_PAGE
+    length = size // HUGE_PAGE * HUGE_PAGE
+    region.madvise(mmap.MADV_NOHUGEPAGE, start, length)
+    with _lock:
+        _later.append((weakref.ref(region), int(view.ctypes.data), length))
+        _status.pending_bytes += length
+        _last_allocation = time.monotonic()
+        if _worker is None:
+            _worker = threading.Thread(target=_collapse_all, name="anypair-huge-pages", daemon=True)
+            _worker.start()
     return view
 
 
 def collapse_later() -> None:
-    """Start the background collapse of what was faulted on 4 KB pages (after a load: the thread then
-    competes with nothing the load waits for); a no-op when nothing waits."""
-    global _worker
+    """An engine's load is over: the background thread collapses what it allocated now (not after
+    QUIET_S)."""
+    global _go
     with _lock:
-        if not _later or _worker is not None:  # a running worker takes what was queued since it started
-            return
-        _worker = threading.Thread(target=_collapse_all, name="anypair-huge-pages", daemon=True)
-        _worker.start()
+        _go = True
 
 
 def wait_for_collapse(timeout: Optional[float] = None) -> CollapseStatus:
@@ -119,25 +101,35 @@ def status() -> CollapseStatus:
         return CollapseStatus(**vars(_status))
 
 
-def _collapse_all() -> None:
-    global _worker
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    supported = True
+def _next_region() -> Optional[tuple[weakref.ref, int, int]]:
+    """The oldest region waiting, once the load is over; None (and the worker gone) when none waits."""
+    global _worker, _go
     while True:
         with _lock:
             if not _later:
-                _worker = None  # under the lock: a region queued after this starts a new worker
-                return
-            ref, start, length = _later.pop(0)
+                _worker, _go = None, False  # under the lock: a region queued after this starts a new worker
+                return None
+            if _go or time.monotonic() - _last_allocation >= QUIET_S:
+                return _later.pop(0)
+        time.sleep(0.05)
+
+
+def _collapse_all() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    supported = True
+    while (item := _next_region()) is not None:
+        ref, start, length = item
         t0 = time.perf_counter()
         done = 0
         for at in range(0, length, _COLLAPSE_PIECE):
             region = ref()  # held while the kernel works on it
             if region is None:  # the engine let go of the matrix: its memory is gone
                 break
-            if supported and libc.madvise(start + at, min(_COLLAPSE_PIECE, length - at), _MADV_COLLAPSE) == 0:
-                done += min(_COLLAPSE_PIECE, length - at)
+            piece = min(_COLLAPSE_PIECE, length - at)
+            libc.madvise(start + at, piece, mmap.MADV_HUGEPAGE)  # MADV_COLLAPSE refuses MADV_NOHUGEPAGE memory
+            if supported and libc.madvise(start + at, piece, _MADV_COLLAPSE) == 0:
+                done += piece
             elif supported and ctypes.get_errno() == 22:  # EINVAL: no MADV_COLLAPSE before Linux 6.1
                 supported = False
                 logger.debug("huge pages: no MADV_COLLAPSE here; khugepaged collapses the weights in its time")
