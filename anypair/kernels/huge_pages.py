@@ -2,25 +2,23 @@
 faults.
 
 A step streams every weight once, and on 4 KB pages each 4 KB costs a TLB miss on the way (2-3% of a
-step of the default pair, more at 7B, measured on this project's Zen 4 and Xeon). But a 2 MB fault is
-the dearest way to get fresh memory: the kernel must find (or reclaim and compact) a free 2 MB block
-and zero it, and in a VM a block the host has not backed lately costs the host's faults too. Measured
-on this project's Intel Xeon VM (2 vCPUs, `/tmp/touch.py` of the session note: 2 GB touched, five
-times alternating): 2 MB faults 0.47, 1.04 and 8.65 GB/s, 4 KB faults 3.08 and 3.09 GB/s; a first load
-of Qwen2.5-7B's shape spent 53% of its samples zeroing 2 MB pages (5.5 s, against llama.cpp's 2.8 s
-on 4 KB pages). Which 2 MB blocks are slow cannot be told beforehand (with 4 GB of free 2 MB blocks
-the load still took 5.5 s).
+step of the default pair, 3-10% at 7B, measured on this project's Zen 4 and Xeon). But a 2 MB fault
+is the dearest way to get fresh memory: the kernel must find (or reclaim and compact) a free 2 MB
+block and zero it, and in a VM a block the host has not backed lately costs the host's faults too.
+Measured on this project's Intel Xeon VM (2 vCPUs; 2 GB touched, five times alternating): 2 MB faults
+0.47, 1.04 and 8.65 GB/s, 4 KB faults 3.08 and 3.09 GB/s; a first load of Qwen2.5-7B's shape spent
+53% of its samples zeroing 2 MB pages. Which 2 MB blocks are slow cannot be told beforehand (with 4 GB
+of free 2 MB blocks the load still took 5.5 s), and at times the faults got no 2 MB page at all.
 
 So `huge_page_bytes` faults the weights on 4 KB pages (advised MADV_NOHUGEPAGE until then, so also
 where transparent huge pages are `always`), at a steady rate, and a background thread moves them onto
 2 MB pages once the load is over (MADV_COLLAPSE, Linux 6.1: the same addresses and bytes, so the
 kernels never see the change, and the kernel's search for blocks happens there, off the load's
 path): at once where the engine says its load is done (`collapse_later`), else once no allocation
-came for QUIET_S. The thread runs under SCHED_IDLE, on CPU time nothing else wants: collapsing
-Qwen2.5-7B's 4.2 GB took 6-7 s of a core, which, competing with the engine's two threads, slowed the
-first prompt's read by ~2 s; idle, it waits for the gaps between requests, and until then a step
-reads some of its weights through 4 KB pages (3-3.6% slower at that shape). Where MADV_COLLAPSE is missing the memory is advised MADV_HUGEPAGE instead, for
-khugepaged to collapse in its own time.
+came for QUIET_S. The thread runs under SCHED_IDLE, on CPU time the engine does not want (collapsing
+Qwen2.5-7B's 4.2 GB takes 2.5-7 s of a core). First loads at that shape: 2.74 s against 4.51 s with
+2 MB faults and llama.cpp's 7.20 s (README, "First loads on 4 KB pages"). Where MADV_COLLAPSE is
+missing the memory is advised MADV_HUGEPAGE instead, for khugepaged to collapse in its own time.
 """
 from __future__ import annotations
 
