@@ -15,9 +15,11 @@ where transparent huge pages are `always`), at a steady rate, and a background t
 2 MB pages once the load is over (MADV_COLLAPSE, Linux 6.1: the same addresses and bytes, so the
 kernels never see the change, and the kernel's search for blocks happens there, off the load's
 path): at once where the engine says its load is done (`collapse_later`), else once no allocation
-came for QUIET_S. The thread runs under SCHED_IDLE, on CPU time the engine does not want (collapsing
-Qwen2.5-7B's 4.2 GB takes 2.5-7 s of a core). First loads at that shape: 2.74 s against 4.51 s with
-2 MB faults and llama.cpp's 7.20 s (README, "First loads on 4 KB pages"). Where MADV_COLLAPSE is
+came for QUIET_S. Collapsing Qwen2.5-7B's 4.2 GB takes 2.5 s of a core alone, 6-7 s beside the
+engine's two threads, whose first prompt it slows by ~2 s. (Under SCHED_IDLE it slowed that prompt
+as much, the kernel's collapse not yielding to them, and a process that never idles kept 4 KB pages
+to its end: not kept.) First loads at that shape: 2.74 s against 4.51 s with 2 MB faults and
+llama.cpp's 7.20 s (README, "First loads on 4 KB pages"). Where MADV_COLLAPSE is
 missing the memory is advised MADV_HUGEPAGE instead, for khugepaged to collapse in its own time.
 """
 from __future__ import annotations
@@ -25,7 +27,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import mmap
-import os
 import threading
 import time
 import weakref
@@ -117,10 +118,6 @@ def _next_region() -> Optional[tuple[weakref.ref, int, int]]:
 
 
 def _collapse_all() -> None:
-    try:  # only on a CPU nothing else wants: a collapse costs ~1.5 s of a core per GB, a step's threads come first
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # 0: this thread
-    except (AttributeError, OSError):
-        pass
     libc = ctypes.CDLL(None, use_errno=True)
     libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     supported = True
