@@ -409,7 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
     seed.add_argument("--replay", action="store_true",
                       help="with --target-shape: the real default pair's rounds on --n HumanEval prompts (or "
                            "--prompts), recorded, then replayed on that file (same rows, same contexts), beside "
-                           "the seed target alone and llama.cpp alone on it: acceptance borrowed, every cost measured")
+                           "the seed target alone and llama.cpp alone on it: acceptance borrowed, every cost measured; "
+                           "--drafter picks the drafter recorded (hybrid: the draft model and the prompt's n-grams)")
     seed.add_argument("--replay-lengths", default="policy",
                       help="with --replay: whose rounds are replayed, comma-separated: 'policy' (the shipped policy's, "
                            "pricing rounds at the seed target's measured costs; default), 'policy-1.5b' (priced beside "
