@@ -18,8 +18,8 @@ path): at once where the engine says its load is done (`collapse_later`), else o
 came for QUIET_S. Collapsing Qwen2.5-7B's 4.2 GB takes 2.5 s of a core alone, 6-7 s beside the
 engine's two threads, whose first prompt it slows by ~2 s. (Under SCHED_IDLE it slowed that prompt
 as much, the kernel's collapse not yielding to them, and a process that never idles kept 4 KB pages
-to its end: not kept.) First loads at that shape: 2.74 s against 4.51 s with 2 MB faults and
-llama.cpp's 7.20 s (README, "First loads on 4 KB pages"). Where MADV_COLLAPSE is
+to its end: not kept.) First loads at that shape, two runs: 2.74 / 6.24 s against 4.51 / 6.45 s
+with 2 MB faults (llama.cpp 7.20 / 2.82 s; README, "First loads on 4 KB pages"). Where MADV_COLLAPSE is
 missing the memory is advised MADV_HUGEPAGE instead, for khugepaged to collapse in its own time.
 """
 from __future__ import annotations
