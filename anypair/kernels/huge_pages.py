@@ -25,6 +25,7 @@ missing the memory is advised MADV_HUGEPAGE instead, for khugepaged to collapse 
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import mmap
 import threading
@@ -104,6 +105,19 @@ def status() -> CollapseStatus:
         return CollapseStatus(**vars(_status))
 
 
+def madvise(address: int, length: int, advice: int) -> int:
+    """libc's madvise on [address, address + length) of any mapping (Python's `mmap.madvise` takes only
+    ranges of its own object, and lets go of no lock): 0, or the failure's errno."""
+    return 0 if _libc().madvise(address, length, advice) == 0 else ctypes.get_errno()
+
+
+@functools.lru_cache(maxsize=None)
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return libc
+
+
 def _next_region() -> Optional[tuple[weakref.ref, int, int]]:
     """The oldest region waiting, once the load is over; None (and the worker gone) when none waits."""
     global _worker, _go
@@ -118,8 +132,6 @@ def _next_region() -> Optional[tuple[weakref.ref, int, int]]:
 
 
 def _collapse_all() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     supported = True
     while (item := _next_region()) is not None:
         ref, start, length = item
@@ -130,15 +142,14 @@ def _collapse_all() -> None:
             if region is None:  # the engine let go of the matrix: its memory is gone
                 break
             piece = min(_COLLAPSE_PIECE, length - at)
-            libc.madvise(start + at, piece, mmap.MADV_HUGEPAGE)  # MADV_COLLAPSE refuses MADV_NOHUGEPAGE memory
-            if supported and libc.madvise(start + at, piece, _MADV_COLLAPSE) == 0:
+            # MADV_COLLAPSE refuses MADV_NOHUGEPAGE memory; without MADV_COLLAPSE this advice is khugepaged's cue
+            madvise(start + at, piece, mmap.MADV_HUGEPAGE)
+            error = madvise(start + at, piece, _MADV_COLLAPSE) if supported else None
+            if error == 0:
                 done += piece
-            elif supported and ctypes.get_errno() == 22:  # EINVAL: no MADV_COLLAPSE before Linux 6.1
+            elif error == 22:  # EINVAL: no MADV_COLLAPSE before Linux 6.1
                 supported = False
                 logger.debug("huge pages: no MADV_COLLAPSE here; khugepaged collapses the weights in its time")
-            if not supported:
-                libc.madvise(start + at, length - at, mmap.MADV_HUGEPAGE)
-                break
             del region
         gone = ref() is None
         with _lock:

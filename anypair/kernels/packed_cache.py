@@ -45,6 +45,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from anypair.home import home
+from anypair.kernels.huge_pages import madvise
 
 logger = logging.getLogger("anypair")
 
@@ -313,12 +314,10 @@ def _populate(region: mmap.mmap, threads: int) -> None:
     """Every page of `region` faulted in (read from the disk where it is not cached), in pieces on
     `threads` threads (a call into libc lets go of the GIL); before Linux 5.14 (no MADV_POPULATE_READ)
     by reading a byte of every page."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     start, size = mapping_address(region), len(region)
 
     def piece(at: int) -> bool:
-        return libc.madvise(start + at, min(_PIECE, size - at), _MADV_POPULATE_READ) == 0
+        return madvise(start + at, min(_PIECE, size - at), _MADV_POPULATE_READ) == 0
 
     with ThreadPoolExecutor(max(1, threads)) as pool:
         if all(pool.map(piece, range(0, size, _PIECE))):
