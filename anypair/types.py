@@ -57,11 +57,15 @@ class DraftBudget:
     # proposal where its probability of being the target's (with the tokens before it) is at least
     # this; None: a chain only (the target's engine scores chains, or trees are off)
     branch_confidence: Optional[float] = None
+    # what each extra row of the verification adds to a target step, where the policy prices rounds
+    # at fixed costs (a replay at another target's size); None: the drafter's own measured price
+    row_price: Optional[float] = None
 
     def __post_init__(self) -> None:
         if self.max_draft_steps < 0 or self.max_target_tokens < 0 or not 0 <= self.stop_confidence < 1 \
-                or not (self.branch_confidence is None or 0 <= self.branch_confidence < 1):
-            raise ValueError(f"a draft budget needs non-negative limits and confidences in [0, 1): {self}")
+                or not (self.branch_confidence is None or 0 <= self.branch_confidence < 1) \
+                or not (self.row_price is None or self.row_price >= 0):
+            raise ValueError(f"a draft budget needs non-negative limits and prices, and confidences in [0, 1): {self}")
 
 
 @dataclass(frozen=True)

@@ -101,3 +101,21 @@ def test_hybrid_lookup_length_follows_its_acceptance_and_its_verification_cost()
         cheap.commit(list(proposal.target_ids) + [own])  # all kept, then the target's own token
         cheap.lookup.commit([1, 2, 3])
     assert lengths[0] >= 4 and lengths[-1] == 10  # the cap: lookup_tokens (over the policy's 5)
+
+
+def test_hybrid_prices_its_lookup_rows_at_the_policys_fixed_price():
+    """A policy priced at fixed costs (a replay at a 9B target's size) hands its row price to the
+    hybrid's lookup through the budget: the lookup's length follows that price, not the drafter's own."""
+    from anypair.drafters.hybrid import HybridDrafter
+    from anypair.policies import AdaptiveLength
+    from anypair.policies.costs import StepCosts
+
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12] * 3 + [1, 2, 3]
+    assert AdaptiveLength().row_price() is None  # timed costs: the drafter's own measured price
+    assert AdaptiveLength(fixed_costs=StepCosts(draft_step=0.02, verify_slope=0.4)).row_price() == 0.4
+    lengths = {}
+    for price in (None, 0.4):
+        hybrid = HybridDrafter(FakeModelDrafter(), verify_slope=0.05)
+        hybrid.start(DraftRequest(prompt))
+        lengths[price] = len(hybrid.propose(DraftBudget(max_draft_steps=0, max_target_tokens=100, row_price=price)))
+    assert lengths[None] > lengths[0.4] >= 1

@@ -79,6 +79,9 @@ class _Priced(DraftLengthPolicy):
     def branch_confidence(self):
         return self.inner.branch_confidence()
 
+    def row_price(self):
+        return self.inner.row_price()
+
     def remember(self, memory) -> None:
         self.inner.remember(memory)
 
@@ -122,9 +125,7 @@ def record(prompts: Sequence[str], max_new_tokens: int, threads: int, progress: 
             raise RuntimeError("replay: the warm-up request did not time a draft step; the policy cannot be priced "
                                "at the seed's size (try --replay-lengths policy-1.5b)")
         costs = seed_priced_costs(seed_row_s, gen.draft_step_seconds)
-        recorder.inner = AdaptiveLength(fixed_costs=costs)
-        # the hybrid's lookup proposals are priced by the verified row too: at the seed target's slope
-        gen._lookup_slope = lambda: costs.verify_slope
+        recorder.inner = AdaptiveLength(fixed_costs=costs)  # its row price reaches the hybrid's lookup too
         if progress:
             print(f"  the policy priced beside the seed target: a draft step {costs.draft_step:.3f} of its step, "
                   f"each extra row {costs.verify_slope:.3f}", file=sys.stderr, flush=True)

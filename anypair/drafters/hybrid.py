@@ -69,11 +69,12 @@ class HybridDrafter(Drafter):
         """Tokens a lookup proposal may have now (0: let the model draft): the most expected target
         tokens per verification cost at the lookup's acceptance so far."""
         rate = self.lookup_acceptance.rate
+        slope = budget.row_price if budget.row_price is not None else self.verify_slope  # a fixed-cost policy's price
         model_may_draft = budget.max_draft_steps > 0 and self.model_drafter is not None
-        if rate <= self.verify_slope and model_may_draft:  # one proposed token would not pay for its verification
+        if rate <= slope and model_may_draft:  # one proposed token would not pay for its verification
             return 0
         longest = max(self.lookup_tokens, budget.max_draft_steps)
-        return best_length(rate, LOOKUP_STEP_COST, lambda scored: 1 + self.verify_slope * (scored - 1), 1, longest)
+        return best_length(rate, LOOKUP_STEP_COST, lambda scored: 1 + slope * (scored - 1), 1, longest)
 
     def free_proposal(self, budget: DraftBudget) -> Proposal:
         self._lookup_proposed = []

@@ -371,5 +371,8 @@ class AdaptiveLength(DraftLengthPolicy):
     def branch_confidence(self) -> Optional[float]:
         return self.active.branch_confidence()
 
+    def row_price(self) -> Optional[float]:
+        return self.active.costs.verify_slope() if self.fixed else None
+
     def update(self, feedback: RoundFeedback) -> None:
         self.active.update(feedback)

@@ -30,6 +30,12 @@ class DraftLengthPolicy(ABC):
         None (the default): chains only."""
         return None
 
+    def row_price(self) -> Optional[float]:
+        """What each extra row verified adds to a target step, where the policy is priced at fixed
+        costs (drafters that price their own proposals, the hybrid's lookup, then use it); None (the
+        default): the drafters use their own measured price."""
+        return None
+
     def update(self, feedback: RoundFeedback) -> None:
         """Learn from the round just verified (called once after every round but the last)."""
 
