@@ -146,13 +146,14 @@ def _interleave(ggml_type: int, rows: np.ndarray, count: int, cols: int, layout:
 class LinearGroup:
     """Matrices that read the same input rows: y_i = x W_i^T (+ b_i), one C call for all of them."""
 
-    def __init__(self, weights: Sequence[QuantWeight]) -> None:
+    def __init__(self, weights: Sequence[QuantWeight], library: Optional[ctypes.CDLL] = None) -> None:
+        """`library`: another build of the kernels to run (evaluation/bench_kernel_builds.py); default anypair's."""
         if not weights or len({w.cols for w in weights}) != 1:
             raise ValueError("a LinearGroup needs matrices with the same number of columns")
         self.weights = list(weights)
         self.cols = weights[0].cols
         self._array = (_ApWeight * len(weights))(*[w._struct for w in weights])
-        self._lib = load_library()
+        self._lib = library if library is not None else load_library()
 
     def __call__(self, x: torch.Tensor, threads: int = 0, use_reference: bool = False,
                  path: KernelPath = "best") -> list[torch.Tensor]:

@@ -69,12 +69,16 @@ AP_INLINE __m256i both_halves_odd(__m256i pair) {  // (lo, hi) -> (hi, hi)
     return _mm256_or_si256(_mm256_srli_epi32(pair, 16), _mm256_and_si256(pair, _mm256_set1_epi32((int)0xffff0000u)));
 }
 
-// Matrices are read once per step, group after group, and groups are contiguous: the blocks
-// AP_PREFETCH_BLOCKS ahead of the one being multiplied (past the group's end: the next group's) are
-// asked for now, so that memory works while the multiply pipes do.
-#define AP_PREFETCH_BLOCKS 2
-AP_INLINE void prefetch_ahead(const void *block, size_t bytes) {
-    const char *ahead = (const char *)block + AP_PREFETCH_BLOCKS * bytes;
+// Matrices are read once per step, group after group, and groups are contiguous: the blocks `blocks`
+// ahead of the one being multiplied (past the group's end: the next group's) are asked for now, so that
+// memory works while the multiply pipes do. How far ahead pays differs by type (Zen 3, 2 threads,
+// gemma-2-9b's matrices, builds A/B in one process, evaluation/bench_kernel_builds.py): Q4_K's 2,368-byte
+// blocks 6 ahead (a one-row step 0.88-0.93x the time of 2 ahead; 8 and 12 no better, 4 less), Q6_K's
+// 4,384-byte blocks 2 ahead (6 cost 3-6% at one row).
+#define AP_PREFETCH_K_BLOCKS 6
+#define AP_PREFETCH_Q6_K_BLOCKS 2
+AP_INLINE void prefetch_ahead(const void *block, size_t bytes, int blocks) {
+    const char *ahead = (const char *)block + (size_t)blocks * bytes;
     for (size_t i = 0; i < bytes; i += 64) _mm_prefetch(ahead + i, _MM_HINT_T0);
 }
 
@@ -84,6 +88,21 @@ AP_INLINE void prefetch_ahead(const void *block, size_t bytes) {
 // super-block). Each row's integer sums are exact, and its float step is the definition's, so the
 // tiling changes no bit.
 
+// one step t (8 elements of each of 8 lanes) of a Q4_K / Q5_K super-block into every row's int16 pair sums
+AP_INLINE void k_step(const block_q4_K_g16 *gb, __m256i *qh, int lane0, const ap_act *a, int row0, int RR, int b, int t,
+                      __m256i part[AVX2_TILE]) {
+    const __m256i low4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    const __m256i packed = _mm256_loadu_si256((const __m256i *)(gb->qs[t] + 4 * lane0));
+    __m256i q0 = _mm256_and_si256(packed, low4), q1 = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
+    if (qh) {  // step t's bits are the low two of qh, shifted by 2 a step (constant shifts)
+        q0 = _mm256_or_si256(q0, _mm256_slli_epi16(_mm256_and_si256(*qh, one), 4));
+        q1 = _mm256_or_si256(q1, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(*qh, 1), one), 4));
+        *qh = _mm256_srli_epi16(*qh, 2);
+    }
+    for (int r = 0; r < RR; r++)
+        part[r] = _mm256_add_epi16(part[r], step_products(q0, q1, a->q + (size_t)(row0 + r) * a->K + 256 * b + 8 * t));
+}
+
 // one super-block of Q4_K, or of Q5_K (`fifth`: its fifth bits, ORed in as Q5_0's), half `half`, activation
 // rows row0..row0+RR-1 (RR <= 4). Q5_K's values up to 31 would overflow int16 over a sub-block's 4 steps
 // (4 x 2 x 2 x 31 x 127 > 2^15), so its pair sums are taken 2 steps at a time (exact: 31,496) and madd'ed
@@ -91,7 +110,6 @@ AP_INLINE void prefetch_ahead(const void *block, size_t bytes) {
 AP_INLINE void k_superblock_rows(const block_q4_K_g16 *gb, const uint8_t (*fifth_bits)[4 * AP_GROUP], int half,
                                  const __m256i scale[8], const ap_act *a, int row0, int RR, int b, float *out) {
     const int lane0 = 8 * half, steps = fifth_bits ? 2 : 4;
-    const __m256i low4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
     __m256i isum[AVX2_TILE];
     for (int r = 0; r < RR; r++) isum[r] = _mm256_setzero_si256();
     for (int j = 0; j < 8; j++) {
@@ -99,16 +117,14 @@ AP_INLINE void k_superblock_rows(const block_q4_K_g16 *gb, const uint8_t (*fifth
         for (int t0 = 4 * j; t0 < 4 * j + 4; t0 += steps) {
             __m256i part[AVX2_TILE];
             for (int r = 0; r < RR; r++) part[r] = _mm256_setzero_si256();
-            for (int t = t0; t < t0 + steps; t++) {
-                const __m256i packed = _mm256_loadu_si256((const __m256i *)(gb->qs[t] + 4 * lane0));
-                __m256i q0 = _mm256_and_si256(packed, low4), q1 = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
-                if (fifth_bits) {  // step t's bits are the low two of qh, shifted by 2 a step (constant shifts)
-                    q0 = _mm256_or_si256(q0, _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
-                    q1 = _mm256_or_si256(q1, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
-                    qh = _mm256_srli_epi16(qh, 2);
-                }
-                for (int r = 0; r < RR; r++)
-                    part[r] = _mm256_add_epi16(part[r], step_products(q0, q1, a->q + (size_t)(row0 + r) * a->K + 256 * b + 8 * t));
+            // Unrolled over its steps, 3-4 rows' products outgrow the 16 registers: gcc computes them all first
+            // and spills them (20 stores and loads a sub-block); one step at a time keeps them in registers
+            // (Zen 3: 0.75-0.80x the time at 4 and 8 rows). 1-2 rows keep the unrolled loop, which is faster there.
+            if (RR >= 3) {
+#pragma GCC unroll 1
+                for (int t = t0; t < t0 + steps; t++) k_step(gb, fifth_bits ? &qh : NULL, lane0, a, row0, RR, b, t, part);
+            } else {
+                for (int t = t0; t < t0 + steps; t++) k_step(gb, fifth_bits ? &qh : NULL, lane0, a, row0, RR, b, t, part);
             }
             for (int r = 0; r < RR; r++) isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(part[r], scale[j]));
         }
@@ -136,7 +152,7 @@ AP_INLINE void group_k_avx2(const uint8_t *group, int fifth, const ap_act *a, in
     for (int b = 0; b < a->K / 256; b++) {
         const block_q4_K_g16 *gb = ap_k_block(group, fifth, b);
         const uint8_t (*fifth_bits)[4 * AP_GROUP] = ap_k_fifth_bits(group, fifth, b);
-        prefetch_ahead(gb, fifth ? sizeof(block_q5_K_g16) : sizeof(block_q4_K_g16));
+        prefetch_ahead(gb, fifth ? sizeof(block_q5_K_g16) : sizeof(block_q4_K_g16), AP_PREFETCH_K_BLOCKS);
         for (int half = 0; half < 2; half++) {
             __m256i scale[8];
             for (int p = 0; p < 4; p++) {
@@ -214,7 +230,7 @@ AP_INLINE void group_q6_K_avx2(const uint8_t *group, int bits, const ap_act *a, 
     for (int b = 0; b < a->K / 256; b++) {
         const uint8_t *gb = group + block_bytes * (size_t)b;
         const int8_t (*sc)[AP_GROUP][2] = ap_q6k_sc(group, bits, b);
-        prefetch_ahead(gb, block_bytes);
+        prefetch_ahead(gb, block_bytes, AP_PREFETCH_Q6_K_BLOCKS);
         for (int half = 0; half < 2; half++) {
             __m256i pairs[8];
             for (int p = 0; p < 8; p++) pairs[p] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc[p][8 * half]));
