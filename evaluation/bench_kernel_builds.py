@@ -12,7 +12,8 @@ a GGUF (8 layers' worth, rotated, so the caches do not hold them). The machine's
         --rows 1,2,4,8 --repeats 9 --json out.json
 
 Each build's results are the same bits (tests/test_quant_kernels.py checks each path against the scalar
-reference); this script only times them.
+reference); this script only times them. The matrices are packed once, by this process's own build: builds
+that change a packed layout (ap_repack, the Q6_K layout) cannot be compared with this script.
 """
 from __future__ import annotations
 
