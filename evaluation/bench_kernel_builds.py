@@ -12,8 +12,10 @@ a GGUF (8 layers' worth, rotated, so the caches do not hold them). The machine's
         --rows 1,2,4,8 --repeats 9 --json out.json
 
 Each build's results are the same bits (tests/test_quant_kernels.py checks each path against the scalar
-reference); this script only times them. The matrices are packed once, by this process's own build: builds
-that change a packed layout (ap_repack, the Q6_K layout) cannot be compared with this script.
+reference); this script only times them. The matrices are packed by this process's own build, so builds that
+change a packed layout (ap_repack) cannot be compared with it; Q6_K's two layouts (kernels/build.py:
+q6k_layout) can, as a second axis: `--q6k-layouts bytes,bits` packs each matrix both ways and times every
+build on each.
 """
 from __future__ import annotations
 
@@ -55,33 +57,40 @@ def load_build(path: Path):
     return library
 
 
-def matrices(gguf, name: str, layers: int):
+def matrices(gguf, name: str, layers: int, q6k_layout: str = ""):
     """`layers` layers' matrix `name` (blk.i.NAME.weight), or the output head ("head": output.weight, else the
-    tied token_embd.weight), interleaved as the engine has them."""
+    tied token_embd.weight), interleaved as the engine has them; Q6_K in `q6k_layout` where one is given."""
+    from anypair.kernels.build import Q6K_LAYOUTS, load_library, q6k_layout as own_layout
     from anypair.kernels.ops import QuantWeight
 
-    if name == "head":
-        tensor = gguf.tensors.get("output.weight") or gguf.tensors["token_embd.weight"]
-        return [QuantWeight.from_gguf_tensor(tensor)]
-    return [QuantWeight.from_gguf_tensor(gguf.tensors[f"blk.{i}.{name}.weight"]) for i in range(layers)]
+    library = load_library()
+    library.ap_set_q6k_layout(Q6K_LAYOUTS[q6k_layout or own_layout(avx512=library.ap_simd_level() == 3)])
+    try:
+        if name == "head":
+            tensor = gguf.tensors.get("output.weight") or gguf.tensors["token_embd.weight"]
+            return [QuantWeight.from_gguf_tensor(tensor)]
+        return [QuantWeight.from_gguf_tensor(gguf.tensors[f"blk.{i}.{name}.weight"]) for i in range(layers)]
+    finally:  # the process's own layout again
+        library.ap_set_q6k_layout(Q6K_LAYOUTS[own_layout(avx512=library.ap_simd_level() == 3)])
 
 
-def time_builds(weights, libraries, threads: int, rows: int, repeats: int) -> list[float]:
-    """Median seconds per matrix of each build: every repeat runs all builds in turn on the same input."""
+def time_variants(variants, threads: int, rows: int, repeats: int) -> list[float]:
+    """Median seconds per matrix of each (weights, library) variant: every repeat runs all variants in turn on
+    the same input."""
     import torch
 
     from anypair.kernels.ops import LinearGroup
 
-    groups = [[LinearGroup([w], library) for w in weights] for library in libraries]
-    x = torch.randn(rows, weights[0].cols)
-    seconds = [[] for _ in libraries]
-    for repeat in range(repeats + 1):  # the first round warms each build and is not counted
-        for index in range(len(libraries)):
+    groups = [[LinearGroup([w], library) for w in weights] for weights, library in variants]
+    x = torch.randn(rows, variants[0][0][0].cols)
+    seconds = [[] for _ in variants]
+    for repeat in range(repeats + 1):  # the first round warms each variant and is not counted
+        for index, group_list in enumerate(groups):
             start = time.perf_counter()
-            for group in groups[index]:
+            for group in group_list:
                 group(x, threads=threads)
             if repeat:
-                seconds[index].append((time.perf_counter() - start) / len(weights))
+                seconds[index].append((time.perf_counter() - start) / len(group_list))
     return [statistics.median(s) for s in seconds]
 
 
@@ -94,6 +103,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", default="1,2,4,8", help="comma-separated activation rows (k)")
     parser.add_argument("--layers", type=int, default=8, help="layers' matrices rotated per call (caches cannot hold them)")
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--q6k-layouts", default="", help="comma-separated Q6_K layouts to compare (bytes, bits); "
+                                                         "default: the process's own only")
     parser.add_argument("--json", help="save the figures to this JSON file")
     args = parser.parse_args(argv)
 
@@ -101,24 +112,29 @@ def main(argv=None) -> int:
     from rich.table import Table
 
     from anypair.backends.gguf_file import GGUFFile
-    from anypair.kernels.build import load_library
+    from anypair.kernels.build import Q6K_LAYOUTS
     from anypair.machine import describe_machine
 
     builds = [Path(b) for b in args.builds]
     libraries = [load_build(build_library(b)) for b in builds]
-    load_library()  # this process's own, which packs the matrices (the layout is the same for every build)
+    layouts = [layout for layout in args.q6k_layouts.split(",") if layout]
+    unknown = set(layouts) - set(Q6K_LAYOUTS)
+    if unknown:
+        raise SystemExit(f"bench_kernel_builds: --q6k-layouts takes {', '.join(Q6K_LAYOUTS)}, got {', '.join(sorted(unknown))}")
+    labels = [f"{b.resolve().name}/{layout}" if layout else b.resolve().name for b in builds for layout in layouts or [""]]
     gguf = GGUFFile(Path(args.gguf))
-    table = Table(title=f"kernel builds, ms per matrix (x the first build): {describe_machine()}")
-    for column in ("matrix", "type", "threads", "k", *[b.name or str(b) for b in builds]):
+    table = Table(title=f"kernel builds, ms per matrix (x the first): {describe_machine()}")
+    for column in ("matrix", "type", "threads", "k", *labels):
         table.add_column(column, justify="right")
     results = []
     for name in args.matrices.split(","):
-        weights = matrices(gguf, name, args.layers)
+        packed = [matrices(gguf, name, args.layers, layout) for layout in layouts or [""]]
+        variants = [(weights, library) for library in libraries for weights in packed]
         for threads in (int(t) for t in args.threads.split(",")):
             for rows in (int(k) for k in args.rows.split(",")):
-                medians = time_builds(weights, libraries, threads, rows, args.repeats)
-                types = sorted({w.type_name for w in weights})
-                results.append({"matrix": name, "types": types, "shape": [weights[0].rows, weights[0].cols],
+                medians = time_variants(variants, threads, rows, args.repeats)
+                types = sorted({w.type_name for weights in packed for w in weights})
+                results.append({"matrix": name, "types": types, "shape": [packed[0][0].rows, packed[0][0].cols],
                                 "threads": threads, "k": rows, "ms": [round(1000 * m, 3) for m in medians],
                                 "x_first": [round(m / medians[0], 3) for m in medians]})
                 table.add_row(name, "/".join(types), str(threads), str(rows),
@@ -130,6 +146,7 @@ def main(argv=None) -> int:
         Path(args.json).write_text(json.dumps({
             "what": "the same interleaved matrices through each build of the kernels, alternating per repeat, medians",
             "machine": describe_machine(), "gguf": Path(args.gguf).name, "builds": [str(b) for b in builds],
+            "columns": labels,
             "repeats": args.repeats, "layers_rotated": args.layers, "results": results}, indent=1) + "\n")
     return 0
 

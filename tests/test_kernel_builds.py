@@ -33,3 +33,26 @@ def test_a_folder_that_is_no_checkout_is_named_in_one_line(tmp_path):
 
     with pytest.raises(SystemExit, match="is not an anypair checkout"):
         bench_kernel_builds.build_library(tmp_path)
+
+
+def test_q6k_layouts_are_a_second_axis_and_the_process_keeps_its_own(zoo_fetch, tmp_path):
+    """Qwen2.5-Coder-0.5B's ffn_down of layers 0-1 are Q6_K: packed as bytes and as bits, both timed per build."""
+    from anypair.backends.sources import gguf_of
+    from anypair.kernels.build import Q6K_LAYOUTS, load_library, q6k_layout
+
+    out = tmp_path / "layouts.json"
+    assert bench_kernel_builds.main(["--gguf", str(gguf_of("Qwen/Qwen2.5-Coder-0.5B-Instruct")), "--builds", str(REPO),
+                                     "--matrices", "ffn_down", "--layers", "2", "--threads", "1", "--rows", "1",
+                                     "--repeats", "1", "--q6k-layouts", "bytes,bits", "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["columns"] == [f"{REPO.name}/bytes", f"{REPO.name}/bits"] and len(record["results"][0]["ms"]) == 2
+    library = load_library()  # packing after the run uses the process's own layout again
+    assert library.ap_packed_type(14) == Q6K_LAYOUTS[q6k_layout(avx512=library.ap_simd_level() == 3)]
+
+
+def test_an_unknown_q6k_layout_is_refused_in_one_line(zoo_fetch):
+    import pytest
+    from anypair.backends.sources import gguf_of
+
+    with pytest.raises(SystemExit, match="--q6k-layouts takes bits, bytes, got nibbles"):
+        bench_kernel_builds.main(["--gguf", str(gguf_of(SMOL)), "--builds", str(REPO), "--q6k-layouts", "nibbles"])
