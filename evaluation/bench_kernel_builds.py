@@ -20,7 +20,7 @@ build on each.
 from __future__ import annotations
 
 import argparse
-import ctypes
+import contextlib
 import json
 import os
 import statistics
@@ -46,32 +46,17 @@ def build_library(checkout: Path) -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
-def load_build(path: Path):
-    """One build loaded beside the others, set as load_library sets anypair's own."""
-    from anypair.kernels.binding import bind
-    from anypair.kernels.build import Q6K_LAYOUTS, prefetch_min_rows, q6k_layout
-
-    library = bind(ctypes.CDLL(str(path)))
-    library.ap_set_prefetch_min_rows(prefetch_min_rows())
-    library.ap_set_q6k_layout(Q6K_LAYOUTS[q6k_layout(avx512=library.ap_simd_level() == 3)])
-    return library
-
-
 def matrices(gguf, name: str, layers: int, q6k_layout: str = ""):
     """`layers` layers' matrix `name` (blk.i.NAME.weight), or the output head ("head": output.weight, else the
     tied token_embd.weight), interleaved as the engine has them; Q6_K in `q6k_layout` where one is given."""
-    from anypair.kernels.build import Q6K_LAYOUTS, load_library, q6k_layout as own_layout
+    from anypair.kernels.build import packing_q6k_as
     from anypair.kernels.ops import QuantWeight
 
-    library = load_library()
-    library.ap_set_q6k_layout(Q6K_LAYOUTS[q6k_layout or own_layout(avx512=library.ap_simd_level() == 3)])
-    try:
+    with packing_q6k_as(q6k_layout) if q6k_layout else contextlib.nullcontext():
         if name == "head":
             tensor = gguf.tensors.get("output.weight") or gguf.tensors["token_embd.weight"]
             return [QuantWeight.from_gguf_tensor(tensor)]
         return [QuantWeight.from_gguf_tensor(gguf.tensors[f"blk.{i}.{name}.weight"]) for i in range(layers)]
-    finally:  # the process's own layout again
-        library.ap_set_q6k_layout(Q6K_LAYOUTS[own_layout(avx512=library.ap_simd_level() == 3)])
 
 
 def time_variants(variants, threads: int, rows: int, repeats: int) -> list[float]:
@@ -112,15 +97,15 @@ def main(argv=None) -> int:
     from rich.table import Table
 
     from anypair.backends.gguf_file import GGUFFile
-    from anypair.kernels.build import Q6K_LAYOUTS
+    from anypair.kernels.build import Q6K_LAYOUTS, open_library
     from anypair.machine import describe_machine
 
-    builds = [Path(b) for b in args.builds]
-    libraries = [load_build(build_library(b)) for b in builds]
     layouts = [layout for layout in args.q6k_layouts.split(",") if layout]
     unknown = set(layouts) - set(Q6K_LAYOUTS)
-    if unknown:
+    if unknown:  # before any checkout is built
         raise SystemExit(f"bench_kernel_builds: --q6k-layouts takes {', '.join(Q6K_LAYOUTS)}, got {', '.join(sorted(unknown))}")
+    builds = [Path(b) for b in args.builds]
+    libraries = [open_library(build_library(b)) for b in builds]
     labels = [f"{b.resolve().name}/{layout}" if layout else b.resolve().name for b in builds for layout in layouts or [""]]
     gguf = GGUFFile(Path(args.gguf))
     table = Table(title=f"kernel builds, ms per matrix (x the first): {describe_machine()}")
@@ -130,10 +115,10 @@ def main(argv=None) -> int:
     for name in args.matrices.split(","):
         packed = [matrices(gguf, name, args.layers, layout) for layout in layouts or [""]]
         variants = [(weights, library) for library in libraries for weights in packed]
+        types = sorted({w.type_name for weights in packed for w in weights})
         for threads in (int(t) for t in args.threads.split(",")):
             for rows in (int(k) for k in args.rows.split(",")):
                 medians = time_variants(variants, threads, rows, args.repeats)
-                types = sorted({w.type_name for weights in packed for w in weights})
                 results.append({"matrix": name, "types": types, "shape": [packed[0][0].rows, packed[0][0].cols],
                                 "threads": threads, "k": rows, "ms": [round(1000 * m, 3) for m in medians],
                                 "x_first": [round(m / medians[0], 3) for m in medians]})

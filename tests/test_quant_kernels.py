@@ -9,7 +9,6 @@ minimums, every value 0..31 reached.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 
 import numpy as np
@@ -287,18 +286,11 @@ def test_q5_k_at_its_largest_values_stays_exact(real_matrices):
         assert torch.equal(group(x, path=path)[0], expected), f"Q5_K {path} path differs from the definition at 31"
 
 
-@contextlib.contextmanager
 def _q6k_layout(name: str):
     """Q6_K matrices made inside are laid out as `name` ("bits" or "bytes"); the CPU's choice after."""
-    from anypair.kernels.build import Q6K_LAYOUTS
+    from anypair.kernels.build import packing_q6k_as
 
-    lib = load_library()
-    before = lib.ap_packed_type(14)
-    assert lib.ap_set_q6k_layout(Q6K_LAYOUTS[name]) == 0
-    try:
-        yield
-    finally:
-        lib.ap_set_q6k_layout(before)
+    return packing_q6k_as(name)
 
 
 @pytest.mark.parametrize("rows", [96, 90])

@@ -8,6 +8,7 @@ The cache key covers the sources, the flags and the compiler, so an edit or a ne
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -102,13 +103,34 @@ def load_library() -> ctypes.CDLL:
         if _library is None:
             import torch  # noqa: F401  (load torch's OpenMP runtime first: the kernels then share its threads)
 
-            from anypair.kernels.binding import bind
-
-            library = bind(ctypes.CDLL(str(library_path())))
-            library.ap_set_prefetch_min_rows(prefetch_min_rows())
-            library.ap_set_q6k_layout(Q6K_LAYOUTS[q6k_layout(avx512=library.ap_simd_level() == 3)])
-            _library = library
+            _library = open_library(library_path())
         return _library
+
+
+def open_library(path: Path) -> ctypes.CDLL:
+    """A compiled kernels library bound (binding.bind) and given this CPU's settings: the prefetch's rows
+    and the Q6_K layout. `load_library` opens anypair's own this way; evaluation/bench_kernel_builds.py
+    opens other builds beside it."""
+    from anypair.kernels.binding import bind
+
+    library = bind(ctypes.CDLL(str(path)))
+    library.ap_set_prefetch_min_rows(prefetch_min_rows())
+    library.ap_set_q6k_layout(Q6K_LAYOUTS[q6k_layout(avx512=library.ap_simd_level() == 3)])
+    return library
+
+
+@contextlib.contextmanager
+def packing_q6k_as(name: str):
+    """Q6_K matrices packed inside (QuantWeight) are laid out as `name` ("bits" or "bytes"); the layout
+    before is restored after. For tests and benches: the setting is the process's."""
+    library = load_library()
+    before = library.ap_packed_type(14)
+    if library.ap_set_q6k_layout(Q6K_LAYOUTS[name]) != 0:
+        raise BackendError(f"the kernels refused the Q6_K layout {name!r}")
+    try:
+        yield
+    finally:
+        library.ap_set_q6k_layout(before)
 
 
 #: Q6_K's two layouts (csrc/ap_common.h): the kernels' type codes

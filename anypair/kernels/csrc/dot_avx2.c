@@ -73,7 +73,7 @@ AP_INLINE __m256i both_halves_odd(__m256i pair) {  // (lo, hi) -> (hi, hi)
 // ahead of the one being multiplied (past the group's end: the next group's) are asked for now, so that
 // memory works while the multiply pipes do. How far ahead pays differs by type (Zen 3, 2 threads,
 // gemma-2-9b's matrices, builds A/B in one process, evaluation/bench_kernel_builds.py): Q4_K's 2,368-byte
-// blocks 6 ahead (a one-row step 0.88-0.93x the time of 2 ahead; 8 and 12 no better, 4 less), Q6_K's
+// blocks 6 ahead (a one-row step 0.88-0.98x the time of 2 ahead; 8 and 12 no better, 4 less), Q6_K's
 // 4,384-byte blocks 2 ahead (6 cost 3-6% at one row).
 #define AP_PREFETCH_K_BLOCKS 6
 #define AP_PREFETCH_Q6_K_BLOCKS 2
@@ -119,7 +119,7 @@ AP_INLINE void k_superblock_rows(const block_q4_K_g16 *gb, const uint8_t (*fifth
             for (int r = 0; r < RR; r++) part[r] = _mm256_setzero_si256();
             // Unrolled over its steps, 3-4 rows' products outgrow the 16 registers: gcc computes them all first
             // and spills them (20 stores and loads a sub-block); one step at a time keeps them in registers
-            // (Zen 3: 0.75-0.80x the time at 4 and 8 rows). 1-2 rows keep the unrolled loop, which is faster there.
+            // (Zen 3, this alone: 0.79-0.93x the time at 4 and 8 rows). 1-2 rows keep the unrolled loop, faster there.
             if (RR >= 3) {
 #pragma GCC unroll 1
                 for (int t = t0; t < t0 + steps; t++) k_step(gb, fifth_bits ? &qh : NULL, lane0, a, row0, RR, b, t, part);
