@@ -9,6 +9,10 @@ import pytest
 # otherwise write its interleaved copy under $ANYPAIR_HOME/packed (GBs, on every CI machine); the
 # cache's own tests turn it on in a home of their own (tests/test_layout_cache.py)
 os.environ.setdefault("ANYPAIR_LAYOUT_CACHE", "0")
+# the contract's kept verdicts (backends/contract_cache.py) off for the suite: tests that stand in a failing
+# check for a real one would otherwise keep their verdict for the next load of the same weights (and
+# find an earlier run's); the cache's own tests turn it on in a folder of their own
+os.environ.setdefault("ANYPAIR_CONTRACT_CACHE", "0")
 
 # --- zoo ------------------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from typing import Callable, Sequence
 import pytest
 import torch
 
+from anypair.backends import contract
 from anypair.backends.base import ModelBackend
 from anypair.backends.contract import (BITWISE_ENGINE_SHAPES, VERIFICATION_SHAPES, ContractReport, ContractShapes,
                                        InvarianceReport, check_batch_invariance, check_contract, contract_shapes)
@@ -132,7 +133,7 @@ def test_a_torch_target_off_the_cpu_that_fails_the_contract_is_refused(zoo_fetch
     model = _tiny_qwen_on("meta", tokenizer)
     failing = InvarianceReport(5, 0.1, 30.0, True, context=300)
     report = ContractReport((InvarianceReport(2, 0.0, 30.0, True, context=16),) + (() if holds else (failing,)))
-    monkeypatch.setattr(torch_engine, "check_target_contract", lambda member: report)
+    monkeypatch.setattr(contract, "check_contract", lambda backend, ids, shapes: report)
     options = LoadOptions(device="meta")
     if holds:
         member = torch_engine.load_torch_member((model, tokenizer), role="target", options=options)

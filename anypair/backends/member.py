@@ -122,17 +122,25 @@ def member_from_backend(backend: ModelBackend, hf_tokenizer: Any, *, role: str, 
     member = LoadedModel(name, hf_tokenizer, adapter, eos_ids_of(adapter, generation_config), backend, engine, model,
                          weights_bytes, num_layers, gguf_path)
     if role == "target" and check_contract:
-        report = check_target_contract(member)
-        member.invariance = report.describe()
+        report = check_target_contract(member, gguf_path)
         if not report.holds:
             logger.warning("anypair: target %s on %s: %s", name, engine.engine, report.describe())
     return member
 
 
-def check_target_contract(member: LoadedModel):
-    """The batch-invariance contract (backends.contract) measured on a loaded target, in the shapes
-    verification uses (row counts after cached contexts of several lengths)."""
+def check_target_contract(member: LoadedModel, weights: Optional[Path] = None):
+    """The batch-invariance contract (backends.contract) on a loaded target, in the shapes verification
+    uses (row counts after cached contexts of several lengths), written to `member.invariance`.
+    `weights`: the file or folder a CPU target's weights were read from, whose verdict this machine may
+    have kept (backends.contract_cache); None (a model passed in, a GPU): measured now."""
     from anypair.backends.contract import PROBE_TEXT, check_contract, contract_shapes
+    from anypair.backends.contract_cache import measured_or_kept, verdict_key
 
-    ids = member.tokenizer.encode_continuation(PROBE_TEXT)
-    return check_contract(member.backend, ids, contract_shapes(member.backend))
+    def measure():
+        ids = member.tokenizer.encode_continuation(PROBE_TEXT)
+        return check_contract(member.backend, ids, contract_shapes(member.backend))
+
+    key = None if weights is None else verdict_key(weights, member.engine.describe())
+    report, kept = measured_or_kept(key, measure)
+    member.invariance = report.describe() + (" (kept from an earlier check of these weights here)" if kept else "")
+    return report

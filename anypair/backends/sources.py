@@ -3,11 +3,20 @@ a model already loaded; and a GGUF member's tokenizer. The engines' loaders and 
 (`anypair.generation.members`) both ask here."""
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 from pathlib import Path
 from typing import Optional
 
 from anypair.backends.member import ModelSpec
 from anypair.errors import InputError
+from anypair.home import home, source_stamp, write_atomically
+
+logger = logging.getLogger("anypair")
+
+#: the kept tokenizers' own format (bump on a change of what an entry holds)
+_TOKENIZER_FORMAT = 1
 
 #: the kinds of source an engine declares it loads (anypair.backends.engines.Engine.loads)
 GGUF = "gguf"  # a GGUF file: a .gguf path, a zoo model's, a folder's only one
@@ -108,9 +117,49 @@ def gguf_tokenizer(spec: ModelSpec, gguf: Path):
         except OSError:
             generation = None
         return tokenizer, generation
+    return tokenizer_of_gguf(gguf), None
+
+
+def tokenizer_of_gguf(gguf: Path):
+    """transformers' tokenizer converted from the GGUF's own vocabulary, kept for the next load.
+
+    The conversion parses every token in Python: 31-34 s for gemma-2-9b's 256,000 on 2 cores of an AMD
+    EPYC (Zen 3), most of a target's load. The result is kept pickled under $ANYPAIR_HOME/gguf-tokenizers,
+    keyed by the file's stamp and the libraries' versions, and unpickled in ~2 s later. Pickled rather
+    than saved as tokenizer files: reloaded from those, gemma's `<mask>` comes back flagged special where
+    the conversion did not flag it, which would change the adapter's special ids. The entry is anypair's
+    own file in the user's cache (as the kernels' build is); one that does not load is built again."""
+    import pickle
+
+    kept = _kept_tokenizer_path(gguf)
+    if kept is not None and kept.is_file():
+        try:
+            with open(kept, "rb") as handle:
+                return pickle.load(handle)
+        except Exception as exc:  # a damaged or foreign entry: any unpickling error, then built again
+            logger.debug("anypair: the kept tokenizer %s did not load (%s); building it again", kept, exc)
+    from transformers import AutoTokenizer
+
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     except Exception as exc:  # transformers raises many kinds here
         raise InputError(f"could not build a tokenizer from {gguf} ({type(exc).__name__}: {exc}); "
                          "use a model folder with its tokenizer files instead") from exc
-    return tokenizer, None
+    if kept is not None:
+        try:
+            write_atomically(kept, pickle.dumps(tokenizer))
+        except OSError as exc:
+            logger.debug("anypair: the GGUF's tokenizer was not kept (%s)", exc)
+    return tokenizer
+
+
+def _kept_tokenizer_path(gguf: Path) -> Optional[Path]:
+    import tokenizers
+    import transformers
+
+    stamped = source_stamp(gguf)
+    if stamped is None:
+        return None
+    key = json.dumps([_TOKENIZER_FORMAT, stamped, transformers.__version__, tokenizers.__version__])
+    return home() / "gguf-tokenizers" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.pickle"
+

