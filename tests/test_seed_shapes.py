@@ -227,9 +227,18 @@ def test_bench_target_shape_measures_both_engines_and_plots(small_files, tmp_pat
         patch.setattr(seed_writer, "seed_gguf", lambda s, progress=True: small_files["codellama-13b"])
         if one_at_a_time:
             patch.setattr(seed_bench, "engine_groups", lambda shape, available, context=0: [("gguf",), ("llama.cpp",)])
+        # the whole target's loads (child processes) once, with the contract's kept verdicts on as for a user
+        patch.setenv("ANYPAIR_CONTRACT_CACHE", "1")
         result = seed_bench.run_seed_bench(shape, contexts=(40,), ks=(1, 2, 4), prefill_tokens=48, repeats=2,
-                                           load_repeats=1, progress=False)
+                                           load_repeats=1, target_loads=0 if one_at_a_time else 2, progress=False)
     assert ("one after the other" in result["settings"]["engines_timed"]) == one_at_a_time
+    if not one_at_a_time:
+        first, kept = result["target_load"]["samples"]
+        assert set(first["parts_s"]) == {"tokenizer", "adapter", "contract", "engine and the rest"}
+        assert "holds bitwise" in first["contract"] and "kept" not in first["contract"]
+        assert kept["contract"].endswith("(kept from an earlier check of these weights here)")
+        assert kept["parts_s"]["tokenizer"] < first["parts_s"]["tokenizer"]  # read back, not converted
+        assert "later loads (both read back)" in seed_bench.format_table(result)
     assert set(result["load"]) == set(result["prefill"]) == {"gguf", "llama.cpp"}
     for engine, load in result["load"].items():
         assert 0 < load["load_s"] <= load["first_logits_s"] and load["peak_rss_GB"] > 0

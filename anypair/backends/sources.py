@@ -131,7 +131,7 @@ def tokenizer_of_gguf(gguf: Path):
     own file in the user's cache (as the kernels' build is); one that does not load is built again."""
     import pickle
 
-    kept = _kept_tokenizer_path(gguf)
+    kept = kept_tokenizer_path(gguf)
     if kept is not None and kept.is_file():
         try:
             with open(kept, "rb") as handle:
@@ -153,7 +153,8 @@ def tokenizer_of_gguf(gguf: Path):
     return tokenizer
 
 
-def _kept_tokenizer_path(gguf: Path) -> Optional[Path]:
+def kept_tokenizer_path(gguf: Path) -> Optional[Path]:
+    """Where `tokenizer_of_gguf` keeps the tokenizer of `gguf` (None: the file cannot be stamped)."""
     import tokenizers
     import transformers
 

@@ -73,6 +73,72 @@ def _child_load(engine: str, path: str, threads: int, context: int) -> None:
                       "layout_cache_in_page_cache": resident}))
 
 
+def _child_member_load(path: str, threads: int, context: int, first: bool) -> None:
+    """In a child process: the whole target a user loads (`load_member`: the engine, the tokenizer from the
+    GGUF, the byte-exact adapter, the contract's check); print its time and its parts as one JSON line.
+    `first`: the GGUF's kept tokenizer is removed and no kept verdict is read (both made and kept anew),
+    as at a file's first load; the layout cache is as `measure_loads` left it (written)."""
+    from anypair import tokenization
+    from anypair.backends import contract_cache, member, sources
+    from anypair.generation.members import load_member
+    from anypair.kernels import load_library
+
+    load_library()  # the kernels' build is not the model's load
+    if first:
+        kept = sources.kept_tokenizer_path(Path(path))
+        if kept is not None:
+            kept.unlink(missing_ok=True)
+        contract_cache.kept_verdict = lambda key: None  # measured, then kept (replacing an earlier entry)
+    parts: dict[str, float] = {}
+
+    def timed(name, function):  # this child's own timing of the load's parts; nothing else runs here
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                parts[name] = parts.get(name, 0.0) + time.perf_counter() - start
+        return wrapper
+
+    sources.gguf_tokenizer = timed("tokenizer", sources.gguf_tokenizer)
+    tokenization.from_hf = timed("adapter", tokenization.from_hf)
+    member.check_target_contract = timed("contract", member.check_target_contract)
+    t0 = time.perf_counter()
+    loaded = load_member(path, role="target", engine=GGUF, threads=threads, context=context)
+    total = time.perf_counter() - t0
+    parts["engine and the rest"] = total - sum(parts.values())
+    print(json.dumps({"load_s": total, "parts_s": parts, "contract": loaded.invariance,
+                      "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+
+
+def measure_member_loads(path: Path, threads: int, context: int, repeats: int, progress: bool = True) -> dict:
+    """The target as a user loads it (`_child_member_load`), in fresh child processes: the first as at a
+    file's first load (its tokenizer converted, its contract measured), the others reading what the first
+    kept. The bench's engine loads (`measure_loads`) time the engine alone."""
+    runs = []
+    for round_ in range(repeats):
+        code = ("import sys; from anypair.benchmarking.seed_bench import _child_member_load; "
+                "_child_member_load(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == '1')")
+        done = subprocess.run([sys.executable, "-c", code, str(path), str(threads), str(context),
+                               "1" if round_ == 0 else "0"], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"loading {path.name} as a target failed in a child process: "
+                               f"{(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        if progress:
+            parts = ", ".join(f"{name} {s:.1f} s" for name, s in runs[-1]["parts_s"].items())
+            print(f"  target load {round_ + 1}/{repeats}: {runs[-1]['load_s']:.1f} s ({parts})", file=sys.stderr,
+                  flush=True)
+    summary = {"first": {"load_s": round(runs[0]["load_s"], 2),
+                         "parts_s": {k: round(v, 2) for k, v in runs[0]["parts_s"].items()}}}
+    if len(runs) > 1:
+        later = runs[1:]
+        summary["kept"] = {"load_s": round(statistics.median(r["load_s"] for r in later), 2),
+                           "parts_s": {k: round(statistics.median(r["parts_s"][k] for r in later), 2)
+                                       for k in later[0]["parts_s"]}}
+    return {**summary, "samples": runs}
+
+
 def page_cache_share(path: Path) -> Optional[float]:
     """The share of `path`'s pages in the page cache now (mincore over a mapping; reads nothing)."""
     import ctypes
@@ -223,9 +289,10 @@ def read_floors(backend, ceilings, contexts: Sequence[int], ks: Sequence[int]) -
 
 def run_seed_bench(shape, *, contexts: Sequence[int] = (300, 4000), ks: Sequence[int] = tuple(range(1, 17)),
                    prefill_tokens: int = 1000, threads: int = 2, repeats: int = 5, load_repeats: int = 2,
-                   prefill_repeats: int = 1, progress: bool = True) -> dict:
+                   prefill_repeats: int = 1, target_loads: int = 3, progress: bool = True) -> dict:
     """Write or reuse the file of `shape` (a SeedShape or its name), then measure both engines on it
-    (see the module's docstring)."""
+    (see the module's docstring). `target_loads`: loads of the whole target as a user loads it, the
+    first as a first load (0: none)."""
     import dataclasses
 
     import numpy as np
@@ -256,6 +323,10 @@ def run_seed_bench(shape, *, contexts: Sequence[int] = (300, 4000), ks: Sequence
     say(f"{shape.name}: {path} ({path.stat().st_size / 1e9:.2f} GB, {RANDOM_WEIGHTS_NOTE})")
     say(f"loading each engine in a child process, {load_repeats} time(s), alternating")
     loads = measure_loads(path, engines, threads, context, load_repeats, progress)
+    member_loads = {}
+    if target_loads:
+        say(f"loading it as anypair's target (engine, tokenizer, adapter, contract), {target_loads} time(s)")
+        member_loads = measure_member_loads(path, threads, context, target_loads, progress)
     say("the machine's ceilings (read bandwidth, int8 peak) for the roofline's floor")
     ceilings = Ceilings.measure(threads)
     # the weights are random: which ids are read changes nothing but the embedding rows fetched
@@ -287,7 +358,7 @@ def run_seed_bench(shape, *, contexts: Sequence[int] = (300, 4000), ks: Sequence
                          "prefill_tokens": prefill_tokens, "prefill_repeats": prefill_repeats,
                          "engine_context": context, "engines_timed": "together, interleaved" if len(groups) == 1
                          else "one after the other, each alone in memory (both at once do not fit)"},
-            "load": loads, "step_ms": steps, "read_floor_ms": floors,
+            "load": loads, "target_load": member_loads, "step_ms": steps, "read_floor_ms": floors,
             "ceilings": roofline_json(ceilings, [])["ceilings"], "prefill": prefill}
 
 
@@ -315,6 +386,12 @@ def format_table(result: dict) -> str:
                 part = load[name]
                 lines.append(f"  - {what}: {part['load_s']:.2f} s (first logits {part['first_logits_s']:.2f} s), "
                              f"peak RSS {part['peak_rss_GB']:.2f} GB")
+    for name, what in (("first", "first load (tokenizer converted, contract measured)"),
+                       ("kept", "later loads (both read back)")):
+        part = result.get("target_load", {}).get(name)
+        if part:
+            parts = ", ".join(f"{key} {s:.1f} s" for key, s in part["parts_s"].items())
+            lines.append(f"- anypair's target as loaded by a user, {what}: {part['load_s']:.1f} s ({parts})")
     return "\n".join(lines)
 
 
