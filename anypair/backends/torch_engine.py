@@ -36,8 +36,8 @@ def _load_torch_model(spec: ModelSpec, dtype: Optional[torch.dtype], device: str
     from anypair.zoo import load_model
     from anypair.zoo.resolve import resolve_model
 
-    location = resolve_model(spec)
-    model, tokenizer = load_model(location, dtype=dtype, device=device)
+    model, tokenizer = load_model(spec, dtype=dtype, device=device)  # its errors name the spec (a zoo model's advice)
+    location = resolve_model(spec)  # where it was read from, as load_model found it (one stat a file, no hashing)
     return model, tokenizer, str(spec), location if isinstance(location, Path) else None
 
 
