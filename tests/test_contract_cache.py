@@ -106,7 +106,7 @@ def test_a_damaged_entry_is_measured_again_and_replaced(folder, weights):
     key = verdict_key(weights, ENGINE)
     measured_or_kept(key, Measure())
     entry = folder / f"{key}.json"
-    for damage in ("{not json", '{"checks": [{"k": 2}]}', '{"format": 1}', ""):
+    for damage in ("{not json", '{"checks": [{"k": 2}]}', '{"format": 1}', "", '{"format": 1, "checks": []}'):
         entry.write_text(damage)
         measure = Measure()
         assert measured_or_kept(key, measure) == (REPORT, False) and measure.calls == 1

@@ -72,26 +72,17 @@ def verdict_key(weights: Path, engine: str) -> Optional[str]:
 
     from anypair.backends.contract import (BITWISE_ENGINE_SHAPES, PROBE_TEXT, RELATIVE_TOLERANCE,
                                            VERIFICATION_SHAPES)
+    from anypair.kernels.build import build_key
     from anypair.machine import cpu_flags, cpu_model
 
     described = {
         "format": FORMAT, "weights": stamped, "engine": engine,
         "threads": torch.get_num_threads(), "cpu": [cpu_model(), sorted(cpu_flags())],
         "torch": torch.__version__, "transformers": transformers.__version__,
-        "sources": engine_source_digest(), "kernels": _kernels_build(),
+        "sources": engine_source_digest(), "kernels": build_key(),
         "check": [PROBE_TEXT, asdict(VERIFICATION_SHAPES), asdict(BITWISE_ENGINE_SHAPES), RELATIVE_TOLERANCE],
     }
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:24]
-
-
-def _kernels_build() -> Optional[str]:
-    """The compiled kernels' cache folder (a hash of sources, flags and compiler), None without a compiler."""
-    from anypair.kernels.build import KernelUnavailable, library_path
-
-    try:
-        return library_path().parent.name
-    except KernelUnavailable:
-        return None
 
 
 def cache_folder() -> Path:
@@ -106,9 +97,10 @@ def kept_verdict(key: str) -> Optional[ContractReport]:
     """The report kept under `key`, or None (none kept, or an entry that does not read back)."""
     try:
         checks = json.loads(_entry(key).read_text())["checks"]
-        return ContractReport(tuple(InvarianceReport(**check) for check in checks))
+        report = ContractReport(tuple(InvarianceReport(**check) for check in checks))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    return report if report.checks else None  # no shape checked would read as "holds"
 
 
 def keep_verdict(key: str, report: ContractReport) -> None:

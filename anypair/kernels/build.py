@@ -74,6 +74,13 @@ def _cache_key(cc: str) -> str:
     return digest.hexdigest()[:16]
 
 
+def build_key() -> Optional[str]:
+    """The key of this machine's build of the kernels (sources, flags, compiler), None without a
+    compiler; nothing is built."""
+    cc = compiler()
+    return None if cc is None else _cache_key(cc)
+
+
 def library_path() -> Path:
     """The compiled library for this machine, built now if it is not in the cache."""
     cc = compiler()
