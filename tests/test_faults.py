@@ -62,9 +62,9 @@ def smol_home(zoo_fetch, tmp_path, monkeypatch):
     return seed
 
 
-def cli(*args: str, home: Path) -> subprocess.CompletedProcess:
+def cli(*args: str, home: Path, **environment: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "ANYPAIR_HOME": str(home),
-           "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+           "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **environment}
     return subprocess.run([sys.executable, "-m", "anypair.cli", *args], capture_output=True, env=env, timeout=600)
 
 
@@ -270,10 +270,12 @@ def test_first_run_in_a_fresh_home_prints_only_the_answer_and_a_damaged_checkpoi
     expected = AnyPairGenerator(SMOL, None, weights="fp32", threads=1).generate(
         messages=[{"role": "user", "content": PROMPT}], max_new_tokens=8).text + "\n"
     home = tmp_path / "fresh-home"
-    first = cli(*ALONE, home=home)  # downloads and converts SmolLM2
+    # as a user runs it: the contract's verdict kept in that home (measured by the first run, read by the second)
+    first = cli(*ALONE, home=home, ANYPAIR_CONTRACT_CACHE="1")  # downloads and converts SmolLM2
     assert first.returncode == 0, first.stderr.decode()[-2000:]
     assert first.stdout.decode() == expected, "stdout must carry the answer and nothing else (pip's lines go to stderr)"
-    second = cli(*ALONE, home=home)
+    assert len(list((home / "contract").iterdir())) == 1
+    second = cli(*ALONE, home=home, ANYPAIR_CONTRACT_CACHE="1")
     assert second.returncode == 0 and second.stdout == first.stdout
 
     weights = home / "models" / SMOL_FOLDER / "model.safetensors"
@@ -282,5 +284,6 @@ def test_first_run_in_a_fresh_home_prints_only_the_answer_and_a_damaged_checkpoi
     assert quiet.returncode == 0 and quiet.stdout.decode() == f"{SMOL}\t{weights.parent}\n"
     assert quiet.stderr.decode() == (f"anypair: {SMOL}: {weights} changed since conversion; converting it again "
                                      "from the verified GGUF\n")
-    repaired = cli(*ALONE, home=home)
+    repaired = cli(*ALONE, home=home, ANYPAIR_CONTRACT_CACHE="1")
     assert repaired.returncode == 0 and repaired.stdout == first.stdout, repaired.stderr.decode()[-2000:]
+    assert len(list((home / "contract").iterdir())) == 2  # weights converted again: their verdict measured again
