@@ -42,9 +42,10 @@ def write_atomically(path: Path, data: bytes) -> None:
     Raises OSError (a read-only or full disk)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as handle:
-        try:
-            handle.write(data)
-        except OSError:
-            os.unlink(handle.name)
-            raise
-    os.replace(handle.name, path)
+        temporary = Path(handle.name)
+    try:
+        temporary.write_bytes(data)
+        os.replace(temporary, path)
+    except OSError:
+        temporary.unlink(missing_ok=True)  # a full disk or a failed rename leaves no stray file
+        raise

@@ -6,7 +6,7 @@ load: 8.8 s of a 14.8 s SmolLM2-135M fp32 load, 16-26 s for Qwen2.5-Coder-0.5B, 
 EPYC (Zen 3). Every CLI run paid it anew, and the test suite paid it at every load. The verdict is a
 property of the weights and of everything that picks the kernels' rounding, so it is kept under a key
 of exactly those: the weights' files (path, size and mtime of each), the engine's choice (format, linear
-kernel), the device, torch's thread count, the CPU (model and flags), torch's and transformers'
+kernel), torch's thread count, the CPU (model and flags), torch's and transformers'
 versions, the source of anypair's engines and kernels (a hash of backends/ and kernels/, C included;
 an edit there measures again), the compiler's build of the kernels, and the check itself (probe text,
 shapes, tolerance). Any change measures afresh and replaces the entry.
