@@ -1,6 +1,8 @@
 """A GGUF's tokenizer converted by transformers is kept (backends/sources.py: tokenizer_of_gguf): a second
 load reads the same tokenizer back (same vocabulary, added tokens and their flags, encodings) without
-converting; a GGUF edited in place, or an entry that does not load, is converted again."""
+converting; a GGUF edited in place, or an entry that does not load, is converted again. The conversion
+goes straight to the class AutoTokenizer picks (skipping its parse of the whole metadata): the same
+tokenizer AutoTokenizer builds, and AutoTokenizer itself for an architecture not listed."""
 from __future__ import annotations
 
 import os
@@ -28,12 +30,11 @@ def lone_gguf(zoo_fetch, tmp_path, monkeypatch):
 @pytest.fixture()
 def conversions(monkeypatch):
     """Counts transformers' conversions of a GGUF's vocabulary (each one real)."""
-    from transformers import AutoTokenizer
+    from anypair.backends import sources
 
     calls = []
-    convert = AutoTokenizer.from_pretrained
-    monkeypatch.setattr(AutoTokenizer, "from_pretrained",
-                        lambda *args, **kwargs: calls.append(kwargs.get("gguf_file")) or convert(*args, **kwargs))
+    convert = sources._convert_tokenizer
+    monkeypatch.setattr(sources, "_convert_tokenizer", lambda gguf: calls.append(gguf.name) or convert(gguf))
     return calls
 
 
@@ -41,11 +42,10 @@ def conversions(monkeypatch):
 def stand_in(monkeypatch):
     """Counts conversions and answers each with a small stand-in (the cache's logic, without the seconds
     a real conversion takes)."""
-    from transformers import AutoTokenizer
+    from anypair.backends import sources
 
     calls = []
-    monkeypatch.setattr(AutoTokenizer, "from_pretrained",
-                        lambda *args, **kwargs: calls.append(kwargs.get("gguf_file")) or {"converted": len(calls)})
+    monkeypatch.setattr(sources, "_convert_tokenizer", lambda gguf: calls.append(gguf.name) or {"converted": len(calls)})
     return calls
 
 
@@ -96,3 +96,29 @@ def test_an_unwritable_home_still_gives_the_tokenizer(lone_gguf, stand_in, tmp_p
     blocker.write_text("")
     monkeypatch.setenv("ANYPAIR_HOME", str(blocker))
     assert tokenizer_of_gguf(lone_gguf) == {"converted": 1} and tokenizer_of_gguf(lone_gguf) == {"converted": 2}
+
+
+def test_the_conversion_is_the_tokenizer_autotokenizer_builds(lone_gguf):
+    from transformers import AutoTokenizer
+
+    from anypair.backends.sources import _convert_tokenizer, _tokenizer_class_of
+
+    assert _tokenizer_class_of(lone_gguf) is not None  # a llama file: the class read from its header
+    ours = _convert_tokenizer(lone_gguf)
+    theirs = AutoTokenizer.from_pretrained(str(lone_gguf.parent), gguf_file=lone_gguf.name)
+    _same(ours, theirs)
+    assert ours.backend_tokenizer.to_str() == theirs.backend_tokenizer.to_str()
+    assert ours.init_kwargs == theirs.init_kwargs
+
+
+def test_an_architecture_not_listed_is_left_to_autotokenizer(lone_gguf, monkeypatch):
+    from transformers import AutoTokenizer
+
+    from anypair.backends import sources
+
+    monkeypatch.setattr(sources, "_GGUF_MODEL_TYPES", {})
+    calls = []
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", lambda *args, **kwargs: calls.append(kwargs["gguf_file"]))
+    assert sources._tokenizer_class_of(lone_gguf) is None
+    sources._convert_tokenizer(lone_gguf)
+    assert calls == ["smol.gguf"]

@@ -123,9 +123,10 @@ def gguf_tokenizer(spec: ModelSpec, gguf: Path):
 def tokenizer_of_gguf(gguf: Path):
     """transformers' tokenizer converted from the GGUF's own vocabulary, kept for the next load.
 
-    The conversion parses every token in Python: 31-34 s for gemma-2-9b's 256,000 on 2 cores of an AMD
-    EPYC (Zen 3), most of a target's load. The result is kept pickled under $ANYPAIR_HOME/gguf-tokenizers,
-    keyed by the file's stamp and the libraries' versions, and unpickled in ~2 s later. Pickled rather
+    The conversion takes seconds at a big vocabulary (gemma-2-9b's 256,000: ~6 s by the class picked
+    below, 25-28 s through AutoTokenizer, on 2 cores of an AMD EPYC Zen 3). The result is kept pickled
+    under $ANYPAIR_HOME/gguf-tokenizers, keyed by the file's stamp and the libraries' versions, and
+    unpickled in 3-5 s later. Pickled rather
     than saved as tokenizer files: reloaded from those, gemma's `<mask>` comes back flagged special where
     the conversion did not flag it, which would change the adapter's special ids. The entry is anypair's
     own file in the user's cache (as the kernels' build is); one that does not load is built again."""
@@ -138,10 +139,8 @@ def tokenizer_of_gguf(gguf: Path):
                 return pickle.load(handle)
         except Exception as exc:  # a damaged or foreign entry: any unpickling error, then built again
             logger.debug("anypair: the kept tokenizer %s did not load (%s); building it again", kept, exc)
-    from transformers import AutoTokenizer
-
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        tokenizer = _convert_tokenizer(gguf)
     except Exception as exc:  # transformers raises many kinds here
         raise InputError(f"could not build a tokenizer from {gguf} ({type(exc).__name__}: {exc}); "
                          "use a model folder with its tokenizer files instead") from exc
@@ -164,3 +163,41 @@ def kept_tokenizer_path(gguf: Path) -> Optional[Path]:
     key = json.dumps([_TOKENIZER_FORMAT, stamped, transformers.__version__, tokenizers.__version__])
     return home() / "gguf-tokenizers" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.pickle"
 
+
+
+#: GGUF architectures whose transformers model type is known without parsing the file's whole metadata
+#: (gemma3 files hold the text model only); checked against AutoTokenizer in tests/test_gguf_tokenizer_cache.py
+_GGUF_MODEL_TYPES = {"llama": "llama", "gemma": "gemma", "gemma2": "gemma2", "gemma3": "gemma3_text",
+                     "qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3"}
+
+
+def _convert_tokenizer(gguf: Path):
+    """transformers' conversion of the GGUF's vocabulary, built by the class AutoTokenizer would pick.
+
+    AutoTokenizer learns that class from a config it builds by parsing every metadata value with
+    gguf-py (768,000 array entries at gemma-2-9b: ~20 s) when only the architecture decides it; the
+    class itself then converts from transformers' own fast reader. Same tokenizer, a tenth of the time."""
+    from transformers import AutoTokenizer
+
+    tokenizer_class = _tokenizer_class_of(gguf)
+    if tokenizer_class is None:
+        return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    return tokenizer_class.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+
+
+def _tokenizer_class_of(gguf: Path):
+    """The tokenizer class AutoTokenizer picks for a GGUF in a folder without tokenizer files (the
+    caller's case), read from the file's header; None where AutoTokenizer must decide itself."""
+    try:
+        from transformers.integrations.gguf import read_gguf_metadata
+        from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES, tokenizer_class_from_name
+
+        metadata, _ = read_gguf_metadata(str(gguf))
+    except Exception as exc:  # an older transformers, or a file its reader refuses: AutoTokenizer says why
+        logger.debug("anypair: %s's architecture not read ahead (%s)", gguf, exc)
+        return None
+    model_type = _GGUF_MODEL_TYPES.get(metadata["general.architecture"])
+    if model_type is None or metadata.get("general.name") == "mistral":  # transformers reads that as mistral
+        return None
+    name = TOKENIZER_MAPPING_NAMES.get(model_type) or "TokenizersBackend"  # AutoTokenizer's own fallback
+    return None if name == "MistralCommonBackend" else tokenizer_class_from_name(name)
