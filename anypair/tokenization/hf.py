@@ -249,7 +249,7 @@ def vocabulary_table(tokenizer: Tokenizer) -> VocabularyTable:
         special_ids.add(vocab[unk_piece])
     # Ids that no piece names (gaps in the numbering) can never be produced from text.
     named = set(vocab.values()) | set(added_tokens)
-    special_ids.update(i for i in range(size) if i not in named)
+    special_ids.update(set(range(size)).difference(named))
     return VocabularyTable(table, frozenset(special_ids), frozenset(byte_fallback_ids))
 
 

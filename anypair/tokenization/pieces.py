@@ -44,6 +44,8 @@ def byte_level_piece_bytes(piece: str) -> bytes:
 
 def byte_fallback_value(piece: str) -> int | None:
     """255 for "<0xFF>", None for any other piece."""
+    if not piece.startswith("<0x"):  # nearly every piece: a prefix test is ~5x cheaper than the regex
+        return None
     match = _BYTE_FALLBACK_PIECE.fullmatch(piece)
     return int(match.group(1), 16) if match else None
 
