@@ -237,7 +237,8 @@ def test_bench_target_shape_measures_both_engines_and_plots(small_files, tmp_pat
         assert set(first["parts_s"]) == {"tokenizer", "adapter", "contract", "engine and the rest"}
         assert "holds bitwise" in first["contract"] and "kept" not in first["contract"]
         assert kept["contract"].endswith("(kept from an earlier check of these weights here)")
-        assert kept["parts_s"]["tokenizer"] < first["parts_s"]["tokenizer"]  # read back, not converted
+        # converted by the first load, read back by the second (their times are close at a 32,000-token vocabulary)
+        assert first["tokenizer_converted"] and not kept["tokenizer_converted"]
         assert "later loads (both read back)" in seed_bench.format_table(result)
     assert set(result["load"]) == set(result["prefill"]) == {"gguf", "llama.cpp"}
     for engine, load in result["load"].items():

@@ -100,6 +100,9 @@ def _child_member_load(path: str, threads: int, context: int, first: bool) -> No
                 parts[name] = parts.get(name, 0.0) + time.perf_counter() - start
         return wrapper
 
+    converted: list[Path] = []  # whether this load converted the tokenizer or read the kept one back
+    convert = sources._convert_tokenizer
+    sources._convert_tokenizer = lambda gguf: converted.append(gguf) or convert(gguf)
     sources.gguf_tokenizer = timed("tokenizer", sources.gguf_tokenizer)
     tokenization.from_hf = timed("adapter", tokenization.from_hf)
     member.check_target_contract = timed("contract", member.check_target_contract)
@@ -107,7 +110,7 @@ def _child_member_load(path: str, threads: int, context: int, first: bool) -> No
     loaded = load_member(path, role="target", engine=GGUF, threads=threads, context=context)
     total = time.perf_counter() - t0
     parts["engine and the rest"] = total - sum(parts.values())
-    print(json.dumps({"load_s": total, "parts_s": parts, "contract": loaded.invariance,
+    print(json.dumps({"load_s": total, "parts_s": parts, "contract": loaded.invariance, "tokenizer_converted": bool(converted),
                       "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
 
 
