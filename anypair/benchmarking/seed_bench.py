@@ -110,7 +110,8 @@ def _child_member_load(path: str, threads: int, context: int, first: bool) -> No
     loaded = load_member(path, role="target", engine=GGUF, threads=threads, context=context)
     total = time.perf_counter() - t0
     parts["engine and the rest"] = total - sum(parts.values())
-    print(json.dumps({"load_s": total, "parts_s": parts, "contract": loaded.invariance, "tokenizer_converted": bool(converted),
+    print(json.dumps({"load_s": total, "parts_s": parts, "contract": loaded.invariance,
+                      "tokenizer_converted": bool(converted),
                       "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
 
 
