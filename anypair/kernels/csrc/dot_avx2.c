@@ -82,66 +82,77 @@ AP_INLINE void prefetch_ahead(const void *block, size_t bytes, int blocks) {
     for (size_t i = 0; i < bytes; i += 64) _mm_prefetch(ahead + i, _MM_HINT_T0);
 }
 
-// The K-quants walk super-block by super-block; inside one, both 8-row halves of the group and every
-// tile of up to 4 activation rows are done before the next, so the super-block's bytes are read from
-// memory once and from L1 after that, and each row's float sums live in `out` (one load and store per
-// super-block). Each row's integer sums are exact, and its float step is the definition's, so the
-// tiling changes no bit.
+// The K-quants walk super-block by super-block; inside one, every tile of up to 4 activation rows is
+// done before the next, so the super-block's bytes are read from memory once and from L1 after that, and
+// each row's float sums live in `out` (one load and store per super-block). A tile takes both 8-row halves
+// of the group in one pass: a row's activations are broadcast once a step for all 16 lanes, not once per
+// half, and a tile's broadcasts, multiplies and adds are what a row costs (on Zen 3 one pass takes 0.88-0.94x
+// the time of two at 2-8 rows, evaluation/measured/kernel_builds_avx2_halves_zen3.json). Each row's integer sums are exact,
+// and its float step is the definition's, so the tiling changes no bit.
 
-// one step t (8 elements of each of 8 lanes) of a Q4_K / Q5_K super-block into every row's int16 pair sums
-AP_INLINE void k_step(const block_q4_K_g16 *gb, __m256i *qh, int lane0, const ap_act *a, int row0, int RR, int b, int t,
-                      __m256i part[AVX2_TILE]) {
+// one step t (8 elements of each of the 16 lanes, both halves) of a Q4_K / Q5_K super-block into every row's
+// int16 pair sums: each row's two broadcasts of its activations serve both halves
+AP_INLINE void k_step(const block_q4_K_g16 *gb, __m256i qh[2], const ap_act *a, int row0, int RR, int b, int t,
+                      __m256i part[2][AVX2_TILE]) {
     const __m256i low4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
-    const __m256i packed = _mm256_loadu_si256((const __m256i *)(gb->qs[t] + 4 * lane0));
-    __m256i q0 = _mm256_and_si256(packed, low4), q1 = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
-    if (qh) {  // step t's bits are the low two of qh, shifted by 2 a step (constant shifts)
-        q0 = _mm256_or_si256(q0, _mm256_slli_epi16(_mm256_and_si256(*qh, one), 4));
-        q1 = _mm256_or_si256(q1, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(*qh, 1), one), 4));
-        *qh = _mm256_srli_epi16(*qh, 2);
+    __m256i q0[2], q1[2];
+    for (int h = 0; h < 2; h++) {
+        const __m256i packed = _mm256_loadu_si256((const __m256i *)(gb->qs[t] + 32 * h));
+        q0[h] = _mm256_and_si256(packed, low4), q1[h] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
+        if (qh) {  // step t's bits are the low two of qh, shifted by 2 a step (constant shifts)
+            q0[h] = _mm256_or_si256(q0[h], _mm256_slli_epi16(_mm256_and_si256(qh[h], one), 4));
+            q1[h] = _mm256_or_si256(q1[h], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh[h], 1), one), 4));
+            qh[h] = _mm256_srli_epi16(qh[h], 2);
+        }
     }
-    for (int r = 0; r < RR; r++)
-        part[r] = _mm256_add_epi16(part[r], step_products(q0, q1, a->q + (size_t)(row0 + r) * a->K + 256 * b + 8 * t));
+    for (int r = 0; r < RR; r++) {
+        const int8_t *x = a->q + (size_t)(row0 + r) * a->K + 256 * b + 8 * t;
+        const __m256i x0 = broadcast4(x), x4 = broadcast4(x + 4);
+        for (int h = 0; h < 2; h++)
+            part[h][r] = _mm256_add_epi16(part[h][r], _mm256_add_epi16(_mm256_maddubs_epi16(q0[h], x0), _mm256_maddubs_epi16(q1[h], x4)));
+    }
 }
 
-// one super-block of Q4_K, or of Q5_K (`fifth`: its fifth bits, ORed in as Q5_0's), half `half`, activation
+// one super-block of Q4_K, or of Q5_K (`fifth`: its fifth bits, ORed in as Q5_0's), both halves, activation
 // rows row0..row0+RR-1 (RR <= 4). Q5_K's values up to 31 would overflow int16 over a sub-block's 4 steps
 // (4 x 2 x 2 x 31 x 127 > 2^15), so its pair sums are taken 2 steps at a time (exact: 31,496) and madd'ed
 // with the scale twice
-AP_INLINE void k_superblock_rows(const block_q4_K_g16 *gb, const uint8_t (*fifth_bits)[4 * AP_GROUP], int half,
-                                 const __m256i scale[8], const ap_act *a, int row0, int RR, int b, float *out) {
-    const int lane0 = 8 * half, steps = fifth_bits ? 2 : 4;
-    __m256i isum[AVX2_TILE];
-    for (int r = 0; r < RR; r++) isum[r] = _mm256_setzero_si256();
+AP_INLINE void k_superblock_rows(const block_q4_K_g16 *gb, const uint8_t (*fifth_bits)[4 * AP_GROUP],
+                                 const __m256i scale[2][8], const ap_act *a, int row0, int RR, int b, float *out) {
+    const int steps = fifth_bits ? 2 : 4;
+    __m256i isum[2][AVX2_TILE];
+    for (int h = 0; h < 2; h++)
+        for (int r = 0; r < RR; r++) isum[h][r] = _mm256_setzero_si256();
     for (int j = 0; j < 8; j++) {
-        __m256i qh = fifth_bits ? _mm256_loadu_si256((const __m256i *)(fifth_bits[j] + 4 * lane0)) : _mm256_setzero_si256();
+        __m256i qh[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        if (fifth_bits)
+            for (int h = 0; h < 2; h++) qh[h] = _mm256_loadu_si256((const __m256i *)(fifth_bits[j] + 32 * h));
         for (int t0 = 4 * j; t0 < 4 * j + 4; t0 += steps) {
-            __m256i part[AVX2_TILE];
-            for (int r = 0; r < RR; r++) part[r] = _mm256_setzero_si256();
-            // Unrolled over its steps, 3-4 rows' products outgrow the 16 registers: gcc computes them all first
-            // and spills them (20 stores and loads a sub-block); one step at a time keeps them in registers
-            // (Zen 3, this alone: 0.79-0.93x the time at 4 and 8 rows). 1-2 rows keep the unrolled loop, faster there.
-            if (RR >= 3) {
+            __m256i part[2][AVX2_TILE];
+            for (int h = 0; h < 2; h++)
+                for (int r = 0; r < RR; r++) part[h][r] = _mm256_setzero_si256();
 #pragma GCC unroll 1
-                for (int t = t0; t < t0 + steps; t++) k_step(gb, fifth_bits ? &qh : NULL, lane0, a, row0, RR, b, t, part);
-            } else {
-                for (int t = t0; t < t0 + steps; t++) k_step(gb, fifth_bits ? &qh : NULL, lane0, a, row0, RR, b, t, part);
-            }
-            for (int r = 0; r < RR; r++) isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(part[r], scale[j]));
+            for (int t = t0; t < t0 + steps; t++) k_step(gb, fifth_bits ? qh : NULL, a, row0, RR, b, t, part);
+            for (int h = 0; h < 2; h++)
+                for (int r = 0; r < RR; r++) isum[h][r] = _mm256_add_epi32(isum[h][r], _mm256_madd_epi16(part[h][r], scale[h][j]));
         }
     }
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->d + lane0)));
-    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->dmin + lane0)));
-    for (int r = 0; r < RR; r++) {
-        const size_t row = (size_t)(row0 + r);
-        const int16_t *s32 = a->s32 + row * (a->K / 32) + 8 * b;
-        __m256i msum = _mm256_setzero_si256();
-        for (int p = 0; p < 4; p++)
-            msum = _mm256_add_epi32(msum, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)gb->mn[p][lane0])),
-                                                            broadcast4((const int8_t *)(s32 + 2 * p))));
-        const __m256 dx = _mm256_set1_ps(a->d[row * (a->K / 256) + b]);
-        float *acc = out + (row0 + r) * AP_GROUP + lane0;
-        _mm256_storeu_ps(acc, _mm256_add_ps(_mm256_loadu_ps(acc), _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[r])),
-                                                                               _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(msum)))));
+    for (int h = 0; h < 2; h++) {
+        const int lane0 = 8 * h;
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->d + lane0)));
+        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->dmin + lane0)));
+        for (int r = 0; r < RR; r++) {
+            const size_t row = (size_t)(row0 + r);
+            const int16_t *s32 = a->s32 + row * (a->K / 32) + 8 * b;
+            __m256i msum = _mm256_setzero_si256();
+            for (int p = 0; p < 4; p++)
+                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)gb->mn[p][lane0])),
+                                                                broadcast4((const int8_t *)(s32 + 2 * p))));
+            const __m256 dx = _mm256_set1_ps(a->d[row * (a->K / 256) + b]);
+            float *acc = out + (row0 + r) * AP_GROUP + lane0;
+            _mm256_storeu_ps(acc, _mm256_add_ps(_mm256_loadu_ps(acc), _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[h][r])),
+                                                                                   _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(msum)))));
+        }
     }
 }
 
@@ -153,20 +164,19 @@ AP_INLINE void group_k_avx2(const uint8_t *group, int fifth, const ap_act *a, in
         const block_q4_K_g16 *gb = ap_k_block(group, fifth, b);
         const uint8_t (*fifth_bits)[4 * AP_GROUP] = ap_k_fifth_bits(group, fifth, b);
         prefetch_ahead(gb, fifth ? sizeof(block_q5_K_g16) : sizeof(block_q4_K_g16), AP_PREFETCH_K_BLOCKS);
-        for (int half = 0; half < 2; half++) {
-            __m256i scale[8];
+        __m256i scale[2][8];
+        for (int half = 0; half < 2; half++)
             for (int p = 0; p < 4; p++) {
                 const __m256i pair = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)gb->sc[p][8 * half]));
-                scale[2 * p] = both_halves_even(pair);
-                scale[2 * p + 1] = both_halves_odd(pair);
+                scale[half][2 * p] = both_halves_even(pair);
+                scale[half][2 * p + 1] = both_halves_odd(pair);
             }
-            for (int rt = r0; rt < r0 + R; rt += AVX2_TILE) {
-                switch (r0 + R - rt) {  // a constant tile size per call, so the row loops unroll
-                    case 1: k_superblock_rows(gb, fifth_bits, half, scale, a, rt, 1, b, o); break;
-                    case 2: k_superblock_rows(gb, fifth_bits, half, scale, a, rt, 2, b, o); break;
-                    case 3: k_superblock_rows(gb, fifth_bits, half, scale, a, rt, 3, b, o); break;
-                    default: k_superblock_rows(gb, fifth_bits, half, scale, a, rt, 4, b, o); break;
-                }
+        for (int rt = r0; rt < r0 + R; rt += AVX2_TILE) {
+            switch (r0 + R - rt) {  // a constant tile size per call, so the row loops unroll
+                case 1: k_superblock_rows(gb, fifth_bits, scale, a, rt, 1, b, o); break;
+                case 2: k_superblock_rows(gb, fifth_bits, scale, a, rt, 2, b, o); break;
+                case 3: k_superblock_rows(gb, fifth_bits, scale, a, rt, 3, b, o); break;
+                default: k_superblock_rows(gb, fifth_bits, scale, a, rt, 4, b, o); break;
             }
         }
     }
@@ -178,48 +188,62 @@ static void group_q5_K_avx2(const uint8_t *group, const ap_act *a, int r0, int R
     group_k_avx2(group, 1, a, r0, R, out);
 }
 
-// Q6_K, in bytes (block_q6_K_i8) or in its 6 bits (`bits`: block_q6_K_g16), one super-block, half `half`
-// (8 lanes), activation rows row0..row0+RR-1 (RR <= 4): the offset of 32 from the activations' sums of 16,
-// then each step's int16 pair sums times the group's scale. Both layouts put d and sc first.
-AP_INLINE void q6_K_superblock_rows(const uint8_t *gb, int bits, int half, const __m256i pairs[8], const ap_act *a,
+// Q6_K, in bytes (block_q6_K_i8) or in its 6 bits (`bits`: block_q6_K_g16), one super-block, both halves,
+// activation rows row0..row0+RR-1 (RR <= 4): the offset of 32 from the activations' sums of 16, then each
+// step's int16 pair sums times the group's scale; each row's two broadcasts of its activations serve both
+// halves. Both layouts put d and sc first.
+AP_INLINE void q6_K_superblock_rows(const uint8_t *gb, int bits, const __m256i pairs[2][8], const ap_act *a,
                                     int row0, int RR, int b, float *out) {
     const block_q6_K_i8 *g8 = (const block_q6_K_i8 *)gb;
     const block_q6_K_g16 *g6 = (const block_q6_K_g16 *)gb;
-    const int lane0 = 8 * half;
     const __m256i low4 = _mm256_set1_epi8(15), three = _mm256_set1_epi8(3);
-    __m256i isum[AVX2_TILE];
-    for (int r = 0; r < RR; r++) isum[r] = _mm256_setzero_si256();
+    __m256i isum[2][AVX2_TILE];
+    for (int half = 0; half < 2; half++)
+        for (int r = 0; r < RR; r++) isum[half][r] = _mm256_setzero_si256();
     for (int p = 0; p < 8; p++) {
-        const __m256i pair = pairs[p];
         for (int r = 0; r < RR; r++) {  // the offset of 32: -32 * (sc[2p] * s16[2p] + sc[2p+1] * s16[2p+1])
-            const int16_t *s16 = a->s16 + (size_t)(row0 + r) * (a->K / 16) + 16 * b + 2 * p;
-            isum[r] = _mm256_sub_epi32(isum[r], _mm256_slli_epi32(_mm256_madd_epi16(pair, broadcast4((const int8_t *)s16)), 5));
+            const __m256i s16 = broadcast4((const int8_t *)(a->s16 + (size_t)(row0 + r) * (a->K / 16) + 16 * b + 2 * p));
+            for (int half = 0; half < 2; half++)
+                isum[half][r] = _mm256_sub_epi32(isum[half][r], _mm256_slli_epi32(_mm256_madd_epi16(pairs[half][p], s16), 5));
         }
         for (int h = 0; h < 2; h++) {
-            const __m256i scale = h ? both_halves_odd(pair) : both_halves_even(pair);
-            __m256i qh = bits ? _mm256_loadu_si256((const __m256i *)(g6->qh[2 * p + h] + 4 * lane0)) : _mm256_setzero_si256();
+            __m256i scale[2], qh[2];
+            for (int half = 0; half < 2; half++) {
+                scale[half] = h ? both_halves_odd(pairs[half][p]) : both_halves_even(pairs[half][p]);
+                qh[half] = bits ? _mm256_loadu_si256((const __m256i *)(g6->qh[2 * p + h] + 32 * half)) : _mm256_setzero_si256();
+            }
             for (int t = 4 * p + 2 * h; t < 4 * p + 2 * h + 2; t++) {
-                __m256i q0, q1;
-                if (bits) {  // step t's high bits are the low four of qh, shifted by 4 a step
-                    const __m256i packed = _mm256_loadu_si256((const __m256i *)(g6->qs[t] + 4 * lane0));
-                    q0 = _mm256_or_si256(_mm256_and_si256(packed, low4), _mm256_slli_epi16(_mm256_and_si256(qh, three), 4));
-                    q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(packed, 4), low4),
-                                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three), 4));
-                    qh = _mm256_srli_epi16(qh, 4);
-                } else {
-                    q0 = _mm256_loadu_si256((const __m256i *)(g8->q[t][0] + 4 * lane0));
-                    q1 = _mm256_loadu_si256((const __m256i *)(g8->q[t][1] + 4 * lane0));
+                __m256i q0[2], q1[2];
+                for (int half = 0; half < 2; half++) {
+                    if (bits) {  // step t's high bits are the low four of qh, shifted by 4 a step
+                        const __m256i packed = _mm256_loadu_si256((const __m256i *)(g6->qs[t] + 32 * half));
+                        q0[half] = _mm256_or_si256(_mm256_and_si256(packed, low4), _mm256_slli_epi16(_mm256_and_si256(qh[half], three), 4));
+                        q1[half] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(packed, 4), low4),
+                                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh[half], 2), three), 4));
+                        qh[half] = _mm256_srli_epi16(qh[half], 4);
+                    } else {
+                        q0[half] = _mm256_loadu_si256((const __m256i *)(g8->q[t][0] + 32 * half));
+                        q1[half] = _mm256_loadu_si256((const __m256i *)(g8->q[t][1] + 32 * half));
+                    }
                 }
-                for (int r = 0; r < RR; r++)  // one step's int16 pair sums (at most 2 x 2 x 63 x 127), widened at once
-                    isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(step_products(q0, q1, a->q + (size_t)(row0 + r) * a->K + 256 * b + 8 * t), scale));
+                for (int r = 0; r < RR; r++) {  // one step's int16 pair sums (at most 2 x 2 x 63 x 127), widened at once
+                    const int8_t *x = a->q + (size_t)(row0 + r) * a->K + 256 * b + 8 * t;
+                    const __m256i x0 = broadcast4(x), x4 = broadcast4(x + 4);
+                    for (int half = 0; half < 2; half++)
+                        isum[half][r] = _mm256_add_epi32(isum[half][r], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(q0[half], x0),
+                                                                                                           _mm256_maddubs_epi16(q1[half], x4)), scale[half]));
+                }
             }
         }
     }
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((bits ? g6->d : g8->d) + lane0)));
-    for (int r = 0; r < RR; r++) {
-        const __m256 dx = _mm256_set1_ps(a->d[(size_t)(row0 + r) * (a->K / 256) + b]);
-        float *acc = out + (row0 + r) * AP_GROUP + lane0;
-        _mm256_storeu_ps(acc, _mm256_add_ps(_mm256_loadu_ps(acc), _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[r]))));
+    for (int half = 0; half < 2; half++) {
+        const int lane0 = 8 * half;
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((bits ? g6->d : g8->d) + lane0)));
+        for (int r = 0; r < RR; r++) {
+            const __m256 dx = _mm256_set1_ps(a->d[(size_t)(row0 + r) * (a->K / 256) + b]);
+            float *acc = out + (row0 + r) * AP_GROUP + lane0;
+            _mm256_storeu_ps(acc, _mm256_add_ps(_mm256_loadu_ps(acc), _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[half][r]))));
+        }
     }
 }
 
@@ -231,16 +255,15 @@ AP_INLINE void group_q6_K_avx2(const uint8_t *group, int bits, const ap_act *a, 
         const uint8_t *gb = group + block_bytes * (size_t)b;
         const int8_t (*sc)[AP_GROUP][2] = ap_q6k_sc(group, bits, b);
         prefetch_ahead(gb, block_bytes, AP_PREFETCH_Q6_K_BLOCKS);
-        for (int half = 0; half < 2; half++) {
-            __m256i pairs[8];
-            for (int p = 0; p < 8; p++) pairs[p] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc[p][8 * half]));
-            for (int rt = r0; rt < r0 + R; rt += AVX2_TILE) {
-                switch (r0 + R - rt) {
-                    case 1: q6_K_superblock_rows(gb, bits, half, pairs, a, rt, 1, b, o); break;
-                    case 2: q6_K_superblock_rows(gb, bits, half, pairs, a, rt, 2, b, o); break;
-                    case 3: q6_K_superblock_rows(gb, bits, half, pairs, a, rt, 3, b, o); break;
-                    default: q6_K_superblock_rows(gb, bits, half, pairs, a, rt, 4, b, o); break;
-                }
+        __m256i pairs[2][8];
+        for (int half = 0; half < 2; half++)
+            for (int p = 0; p < 8; p++) pairs[half][p] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc[p][8 * half]));
+        for (int rt = r0; rt < r0 + R; rt += AVX2_TILE) {
+            switch (r0 + R - rt) {
+                case 1: q6_K_superblock_rows(gb, bits, pairs, a, rt, 1, b, o); break;
+                case 2: q6_K_superblock_rows(gb, bits, pairs, a, rt, 2, b, o); break;
+                case 3: q6_K_superblock_rows(gb, bits, pairs, a, rt, 3, b, o); break;
+                default: q6_K_superblock_rows(gb, bits, pairs, a, rt, 4, b, o); break;
             }
         }
     }
