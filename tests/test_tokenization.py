@@ -307,6 +307,44 @@ def test_from_hf_leaves_callers_tokenizer_untouched():
     assert hf_tokenizer.encode("<|im_end|>", add_special_tokens=False) == [tok.tokenizer.token_to_id("<|im_end|>")]
 
 
+@pytest.mark.parametrize("family", ["qwen2", "gemma", "llama3"])
+def test_the_adapters_own_copy_is_the_same_tokenizer(family):
+    """`own_copy_of` shares the model and rebuilds the rest: the copy serializes to the original's JSON and
+    encodes alike, and swapping the copy's stages leaves the original as it was."""
+    from tokenizers import Tokenizer
+
+    from anypair.tokenization.hf import continuation_pipeline, own_copy_of, _Pipeline
+    from anypair.zoo import tokenizer_path
+
+    original = Tokenizer.from_file(str(tokenizer_path(family)))
+    before = original.to_str()
+    copy = own_copy_of(original)
+    assert copy.to_str() == before
+    for text in HARD_STRINGS + SPECIAL_LOOKALIKES:
+        assert copy.encode(text).ids == original.encode(text).ids
+    continuation_pipeline(_Pipeline.of(copy)).install(copy)  # what the adapter does to its copy
+    assert original.to_str() == before
+    special_id, special = next((i, t.content) for i, t in sorted(original.get_added_tokens_decoder().items()) if t.special)
+    assert original.encode(special, add_special_tokens=False).ids == [special_id]
+    assert copy.encode(special, add_special_tokens=False).ids != [special_id]  # plain text in a continuation
+
+
+def test_an_own_copy_that_comes_out_different_is_built_the_slow_way(monkeypatch):
+    from tokenizers import Tokenizer
+
+    from anypair.tokenization import hf
+    from anypair.zoo import tokenizer_path
+
+    original = Tokenizer.from_file(str(tokenizer_path("qwen2")))
+    real = hf._added_tokens
+    monkeypatch.setattr(hf, "_added_tokens", lambda tokenizer: real(tokenizer) if tokenizer is original else {})
+    slow = []
+    monkeypatch.setattr(hf.Tokenizer, "from_str", lambda text, _from=Tokenizer.from_str: slow.append(len(text)) or _from(text))
+    copy = hf.own_copy_of(original)
+    assert copy.to_str() == original.to_str()
+    assert max(slow) > 1_000_000  # the whole tokenizer's JSON, not only the empty shell's
+
+
 def test_same_vocabulary_decided_by_content():
     qwen = adapter("qwen2")
     assert same_vocabulary(qwen, qwen)
