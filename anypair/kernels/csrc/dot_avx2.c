@@ -93,7 +93,7 @@ AP_INLINE void prefetch_ahead(const void *block, size_t bytes, int blocks) {
 // one step t (8 elements of each of the 16 lanes, both halves) of a Q4_K / Q5_K super-block into every row's
 // int16 pair sums: each row's two broadcasts of its activations serve both halves
 AP_INLINE void k_step(const block_q4_K_g16 *gb, __m256i qh[2], const ap_act *a, int row0, int RR, int b, int t,
-                      __m256i part[2][AVX2_TILE]) {
+                      __m256i part[2][AVX2_TILE], int first) {
     const __m256i low4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
     __m256i q0[2], q1[2];
     for (int h = 0; h < 2; h++) {
@@ -108,8 +108,10 @@ AP_INLINE void k_step(const block_q4_K_g16 *gb, __m256i qh[2], const ap_act *a, 
     for (int r = 0; r < RR; r++) {
         const int8_t *x = a->q + (size_t)(row0 + r) * a->K + 256 * b + 8 * t;
         const __m256i x0 = broadcast4(x), x4 = broadcast4(x + 4);
-        for (int h = 0; h < 2; h++)
-            part[h][r] = _mm256_add_epi16(part[h][r], _mm256_add_epi16(_mm256_maddubs_epi16(q0[h], x0), _mm256_maddubs_epi16(q1[h], x4)));
+        for (int h = 0; h < 2; h++) {
+            const __m256i products = _mm256_add_epi16(_mm256_maddubs_epi16(q0[h], x0), _mm256_maddubs_epi16(q1[h], x4));
+            part[h][r] = first ? products : _mm256_add_epi16(part[h][r], products);
+        }
     }
 }
 
@@ -118,7 +120,8 @@ AP_INLINE void k_step(const block_q4_K_g16 *gb, __m256i qh[2], const ap_act *a, 
 // (4 x 2 x 2 x 31 x 127 > 2^15), so its pair sums are taken 2 steps at a time (exact: 31,496) and madd'ed
 // with the scale twice
 AP_INLINE void k_superblock_rows(const block_q4_K_g16 *gb, const uint8_t (*fifth_bits)[4 * AP_GROUP],
-                                 const __m256i scale[2][8], const ap_act *a, int row0, int RR, int b, float *out) {
+                                 const __m256i scale[2][8], const __m256i mins[2][4], const ap_act *a, int row0, int RR,
+                                 int b, float *out) {
     const int steps = fifth_bits ? 2 : 4;
     __m256i isum[2][AVX2_TILE];
     for (int h = 0; h < 2; h++)
@@ -128,27 +131,26 @@ AP_INLINE void k_superblock_rows(const block_q4_K_g16 *gb, const uint8_t (*fifth
         if (fifth_bits)
             for (int h = 0; h < 2; h++) qh[h] = _mm256_loadu_si256((const __m256i *)(fifth_bits[j] + 32 * h));
         for (int t0 = 4 * j; t0 < 4 * j + 4; t0 += steps) {
-            __m256i part[2][AVX2_TILE];
-            for (int h = 0; h < 2; h++)
-                for (int r = 0; r < RR; r++) part[h][r] = _mm256_setzero_si256();
+            __m256i part[2][AVX2_TILE];  // the first step sets the pair sums (no add to zero), the others add
+            k_step(gb, fifth_bits ? qh : NULL, a, row0, RR, b, t0, part, 1);
 #pragma GCC unroll 1
-            for (int t = t0; t < t0 + steps; t++) k_step(gb, fifth_bits ? qh : NULL, a, row0, RR, b, t, part);
+            for (int t = t0 + 1; t < t0 + steps; t++) k_step(gb, fifth_bits ? qh : NULL, a, row0, RR, b, t, part, 0);
             for (int h = 0; h < 2; h++)
                 for (int r = 0; r < RR; r++) isum[h][r] = _mm256_add_epi32(isum[h][r], _mm256_madd_epi16(part[h][r], scale[h][j]));
         }
     }
-    for (int h = 0; h < 2; h++) {
-        const int lane0 = 8 * h;
-        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->d + lane0)));
-        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->dmin + lane0)));
-        for (int r = 0; r < RR; r++) {
-            const size_t row = (size_t)(row0 + r);
-            const int16_t *s32 = a->s32 + row * (a->K / 32) + 8 * b;
+    for (int r = 0; r < RR; r++) {
+        const size_t row = (size_t)(row0 + r);
+        const int16_t *s32 = a->s32 + row * (a->K / 32) + 8 * b;
+        __m256i sums[4];  // the row's sums of 32, a pair a broadcast, for both halves
+        for (int p = 0; p < 4; p++) sums[p] = broadcast4((const int8_t *)(s32 + 2 * p));
+        const __m256 dx = _mm256_set1_ps(a->d[row * (a->K / 256) + b]);
+        for (int h = 0; h < 2; h++) {
+            const int lane0 = 8 * h;
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->d + lane0)));
+            const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb->dmin + lane0)));
             __m256i msum = _mm256_setzero_si256();
-            for (int p = 0; p < 4; p++)
-                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)gb->mn[p][lane0])),
-                                                                broadcast4((const int8_t *)(s32 + 2 * p))));
-            const __m256 dx = _mm256_set1_ps(a->d[row * (a->K / 256) + b]);
+            for (int p = 0; p < 4; p++) msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mins[h][p], sums[p]));
             float *acc = out + (row0 + r) * AP_GROUP + lane0;
             _mm256_storeu_ps(acc, _mm256_add_ps(_mm256_loadu_ps(acc), _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[h][r])),
                                                                                    _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(msum)))));
@@ -164,19 +166,20 @@ AP_INLINE void group_k_avx2(const uint8_t *group, int fifth, const ap_act *a, in
         const block_q4_K_g16 *gb = ap_k_block(group, fifth, b);
         const uint8_t (*fifth_bits)[4 * AP_GROUP] = ap_k_fifth_bits(group, fifth, b);
         prefetch_ahead(gb, fifth ? sizeof(block_q5_K_g16) : sizeof(block_q4_K_g16), AP_PREFETCH_K_BLOCKS);
-        __m256i scale[2][8];
+        __m256i scale[2][8], mins[2][4];  // widened once a super-block, for every tile
         for (int half = 0; half < 2; half++)
             for (int p = 0; p < 4; p++) {
                 const __m256i pair = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)gb->sc[p][8 * half]));
                 scale[half][2 * p] = both_halves_even(pair);
                 scale[half][2 * p + 1] = both_halves_odd(pair);
+                mins[half][p] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)gb->mn[p][8 * half]));
             }
         for (int rt = r0; rt < r0 + R; rt += AVX2_TILE) {
             switch (r0 + R - rt) {  // a constant tile size per call, so the row loops unroll
-                case 1: k_superblock_rows(gb, fifth_bits, scale, a, rt, 1, b, o); break;
-                case 2: k_superblock_rows(gb, fifth_bits, scale, a, rt, 2, b, o); break;
-                case 3: k_superblock_rows(gb, fifth_bits, scale, a, rt, 3, b, o); break;
-                default: k_superblock_rows(gb, fifth_bits, scale, a, rt, 4, b, o); break;
+                case 1: k_superblock_rows(gb, fifth_bits, scale, mins, a, rt, 1, b, o); break;
+                case 2: k_superblock_rows(gb, fifth_bits, scale, mins, a, rt, 2, b, o); break;
+                case 3: k_superblock_rows(gb, fifth_bits, scale, mins, a, rt, 3, b, o); break;
+                default: k_superblock_rows(gb, fifth_bits, scale, mins, a, rt, 4, b, o); break;
             }
         }
     }
@@ -198,14 +201,16 @@ AP_INLINE void q6_K_superblock_rows(const uint8_t *gb, int bits, const __m256i p
     const block_q6_K_g16 *g6 = (const block_q6_K_g16 *)gb;
     const __m256i low4 = _mm256_set1_epi8(15), three = _mm256_set1_epi8(3);
     __m256i isum[2][AVX2_TILE];
-    for (int half = 0; half < 2; half++)
-        for (int r = 0; r < RR; r++) isum[half][r] = _mm256_setzero_si256();
-    for (int p = 0; p < 8; p++) {
-        for (int r = 0; r < RR; r++) {  // the offset of 32: -32 * (sc[2p] * s16[2p] + sc[2p+1] * s16[2p+1])
-            const __m256i s16 = broadcast4((const int8_t *)(a->s16 + (size_t)(row0 + r) * (a->K / 16) + 16 * b + 2 * p));
-            for (int half = 0; half < 2; half++)
-                isum[half][r] = _mm256_sub_epi32(isum[half][r], _mm256_slli_epi32(_mm256_madd_epi16(pairs[half][p], s16), 5));
+    for (int r = 0; r < RR; r++) {  // the offset of 32 first: -32 * (the sum over the 16 scales of sc * s16), exact in int32
+        const int16_t *s16 = a->s16 + (size_t)(row0 + r) * (a->K / 16) + 16 * b;
+        __m256i offset[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int p = 0; p < 8; p++) {
+            const __m256i sums = broadcast4((const int8_t *)(s16 + 2 * p));
+            for (int half = 0; half < 2; half++) offset[half] = _mm256_add_epi32(offset[half], _mm256_madd_epi16(pairs[half][p], sums));
         }
+        for (int half = 0; half < 2; half++) isum[half][r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset[half], 5));
+    }
+    for (int p = 0; p < 8; p++) {
         for (int h = 0; h < 2; h++) {
             __m256i scale[2], qh[2];
             for (int half = 0; half < 2; half++) {
