@@ -476,3 +476,24 @@ def test_tokenization_does_not_reach_into_the_zoo():
                 imported.update(alias.name for alias in node.names)
     assert not [name for name in imported if name.startswith("anypair.zoo")]
     assert "anypair.tokenization" in {name.rsplit(".", 1)[0] for name in imported}  # the walk saw imports
+
+
+def test_byte_level_pieces_spell_their_bytes_or_stand_for_themselves():
+    """`byte_level_piece_bytes` (str.translate) against the definition, a character at a time: GPT-2's alphabet
+    to bytes, and a piece with any character outside it is its own UTF-8."""
+    import random
+
+    from anypair.tokenization.pieces import byte_level_piece_bytes, unicode_to_byte
+
+    def by_definition(piece: str) -> bytes:
+        table = unicode_to_byte()
+        return bytes(table[c] for c in piece) if all(c in table for c in piece) else piece.encode("utf-8")
+
+    rng = random.Random(0)
+    alphabet = list(unicode_to_byte())
+    pieces = ["", " ", "Ġhello", "ĠĀ", "Ā", "\uffff", "\x00", "ÿ", "\xad", "a b", "Ġ日本", "ĊĊ"]
+    pieces += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 8))) for _ in range(2000)]
+    pieces += ["".join(chr(rng.randrange(0, 700)) for _ in range(rng.randrange(1, 6))) for _ in range(5000)]
+    for piece in pieces:
+        assert byte_level_piece_bytes(piece) == by_definition(piece), repr(piece)
+    assert byte_level_piece_bytes("Ġhello") == b" hello" and byte_level_piece_bytes("a b") == b"a b"
