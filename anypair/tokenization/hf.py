@@ -2,8 +2,9 @@
 
 Token bytes come from the vocabulary pieces (GPT-2 byte alphabet for byte-level BPE, `▁` and
 `<0xNN>` for SentencePiece-style vocabularies). Continuations are encoded by a copy of the
-tokenizer (`own_copy_of`: its model shared) whose pipeline cannot add anything: no dummy-prefix space, no BOS/EOS template, no
-Unicode normalization (which would change the bytes), special tokens matched as plain text.
+tokenizer (`own_copy_of`: its model shared) whose pipeline cannot add anything: no dummy-prefix
+space, no BOS/EOS template, no Unicode normalization (which would change the bytes), special tokens
+matched as plain text.
 """
 from __future__ import annotations
 
@@ -108,7 +109,8 @@ class HFTokenizerAdapter(TableTokenizerAdapter):
 
         `model_vocab_size` is the model's `config.vocab_size` (LM-head rows), which may exceed
         the tokenizer's size; the extra rows become padding ids. The caller's tokenizer is never
-        modified: the adapter works on its own copy of the backend.
+        modified: the adapter works on its own copy of the backend, which shares only its model
+        (vocabulary and merges, read-only to both; `own_copy_of`).
         """
         backend = getattr(hf_tokenizer, "backend_tokenizer", None)
         if not isinstance(backend, Tokenizer):
