@@ -86,9 +86,9 @@ AP_INLINE void prefetch_ahead(const void *block, size_t bytes, int blocks) {
 // done before the next, so the super-block's bytes are read from memory once and from L1 after that, and
 // each row's float sums live in `out` (one load and store per super-block). A tile takes both 8-row halves
 // of the group in one pass: a row's activations are broadcast once a step for all 16 lanes, not once per
-// half, and a tile's broadcasts, multiplies and adds are what a row costs (on Zen 3 one pass takes 0.88-0.94x
-// the time of two at 2-8 rows, evaluation/measured/kernel_builds_avx2_halves_zen3.json). Each row's integer sums are exact,
-// and its float step is the definition's, so the tiling changes no bit.
+// half, and a tile's broadcasts, multiplies and adds are what a row costs (on Zen 3 one pass takes
+// 0.88-0.94x the time of two at 2-8 rows: evaluation/measured/kernel_builds_avx2_halves_zen3.json). Each
+// row's integer sums are exact, and its float step is the definition's, so the tiling changes no bit.
 
 // one step t (8 elements of each of the 16 lanes, both halves) of a Q4_K / Q5_K super-block into every row's
 // int16 pair sums: each row's two broadcasts of its activations serve both halves
@@ -133,6 +133,8 @@ AP_INLINE void k_superblock_rows(const block_q4_K_g16 *gb, const uint8_t (*fifth
         for (int t0 = 4 * j; t0 < 4 * j + 4; t0 += steps) {
             __m256i part[2][AVX2_TILE];  // the first step sets the pair sums (no add to zero), the others add
             k_step(gb, fifth_bits ? qh : NULL, a, row0, RR, b, t0, part, 1);
+            // one step at a time: unrolled, gcc computes every row's products before adding any and spills
+            // them past the 16 registers (Zen 3: 0.79-0.93x the time at 4 and 8 rows when this was added)
 #pragma GCC unroll 1
             for (int t = t0 + 1; t < t0 + steps; t++) k_step(gb, fifth_bits ? qh : NULL, a, row0, RR, b, t, part, 0);
             for (int h = 0; h < 2; h++)
