@@ -20,9 +20,9 @@ from tokenizers import Tokenizer
 from anypair.errors import TokenizerError
 from anypair.tokenization.base import TableTokenizerAdapter
 from anypair.tokenization.pieces import (
-    SENTENCEPIECE_SPACE,
     byte_fallback_value,
     byte_level_piece_bytes,
+    sentencepiece_piece_bytes,
 )
 
 # Normalizers that rewrite characters; a continuation must keep its exact bytes.
@@ -268,11 +268,11 @@ def vocabulary_table(tokenizer: Tokenizer) -> VocabularyTable:
     if byte_level:
         for piece, token_id in vocab.items():
             table[token_id] = byte_level_piece_bytes(piece)
-    else:  # sentencepiece_piece_bytes spelled out: once a piece, 256,000 times at gemma
+    else:  # the byte-fallback test only for pieces that can be one (a prefix test; 256,000 pieces at gemma)
         for piece, token_id in vocab.items():
             value = byte_fallback_value(piece) if byte_fallback and piece.startswith("<0x") else None
             if value is None:
-                table[token_id] = piece.replace(SENTENCEPIECE_SPACE, " ").encode("utf-8")
+                table[token_id] = sentencepiece_piece_bytes(piece, byte_fallback=False)
             else:
                 table[token_id] = bytes([value])
                 byte_fallback_ids.add(token_id)

@@ -58,9 +58,13 @@ AP_INLINE __m256i broadcast4(const int8_t *p) {  // 4 bytes (or two int16) into 
     return _mm256_set1_epi32(v);
 }
 // step t of 8 elements: low nibbles (elements 8t..8t+3) x x[0..3] plus high (8t+4..8t+7) x x[4..7],
-// as int16 pair sums per lane (exact: at most 2 x 2 x 63 x 127)
+// as int16 pair sums per lane (exact: at most 2 x 2 x 63 x 127); x0 and x4 are x[0..3] and x[4..7]
+// broadcast, which the K-quants make once for both halves of a group
+AP_INLINE __m256i step_products_of(__m256i q0, __m256i q1, __m256i x0, __m256i x4) {
+    return _mm256_add_epi16(_mm256_maddubs_epi16(q0, x0), _mm256_maddubs_epi16(q1, x4));
+}
 AP_INLINE __m256i step_products(__m256i q0, __m256i q1, const int8_t *x) {
-    return _mm256_add_epi16(_mm256_maddubs_epi16(q0, broadcast4(x)), _mm256_maddubs_epi16(q1, broadcast4(x + 4)));
+    return step_products_of(q0, q1, broadcast4(x), broadcast4(x + 4));
 }
 AP_INLINE __m256i both_halves_even(__m256i pair) {  // (lo, hi) int16 per lane -> (lo, lo)
     return _mm256_or_si256(_mm256_and_si256(pair, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(pair, 16));
@@ -109,7 +113,7 @@ AP_INLINE void k_step(const block_q4_K_g16 *gb, __m256i qh[2], const ap_act *a, 
         const int8_t *x = a->q + (size_t)(row0 + r) * a->K + 256 * b + 8 * t;
         const __m256i x0 = broadcast4(x), x4 = broadcast4(x + 4);
         for (int h = 0; h < 2; h++) {
-            const __m256i products = _mm256_add_epi16(_mm256_maddubs_epi16(q0[h], x0), _mm256_maddubs_epi16(q1[h], x4));
+            const __m256i products = step_products_of(q0[h], q1[h], x0, x4);
             part[h][r] = first ? products : _mm256_add_epi16(part[h][r], products);
         }
     }
@@ -237,8 +241,7 @@ AP_INLINE void q6_K_superblock_rows(const uint8_t *gb, int bits, const __m256i p
                     const int8_t *x = a->q + (size_t)(row0 + r) * a->K + 256 * b + 8 * t;
                     const __m256i x0 = broadcast4(x), x4 = broadcast4(x + 4);
                     for (int half = 0; half < 2; half++)
-                        isum[half][r] = _mm256_add_epi32(isum[half][r], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(q0[half], x0),
-                                                                                                           _mm256_maddubs_epi16(q1[half], x4)), scale[half]));
+                        isum[half][r] = _mm256_add_epi32(isum[half][r], _mm256_madd_epi16(step_products_of(q0[half], q1[half], x0, x4), scale[half]));
                 }
             }
         }
