@@ -36,6 +36,12 @@ def cpu_vendor() -> str:
     return _cpuinfo_field("vendor_id") or ""
 
 
+def cpu_family() -> int:
+    """/proc/cpuinfo's "cpu family" (AMD: 25 for Zen 3 and Zen 4, 26 for Zen 5; Intel: 6), 0 where there is none."""
+    value = _cpuinfo_field("cpu family")
+    return int(value) if value and value.isdigit() else 0
+
+
 def cpu_model() -> str:
     return _cpuinfo_field("model name") or platform.processor() or platform.machine() or "unknown"
 

@@ -117,11 +117,12 @@ def test_the_build_takes_the_instruction_sets_the_cpu_reports(monkeypatch):
 
 
 def test_the_prefetch_threshold_is_per_cpu_and_never_changes_a_result(real_matrices, monkeypatch):
-    """Intel gets the AVX-512 tiles' software prefetch at every row count, AMD from 4 rows (see
-    kernels/build.py); which loads are hinted must not change one bit of any row."""
+    """Intel and AMD Zen 5 get the AVX-512 tiles' software prefetch at every row count, Zen 3/4 from 4 rows
+    (see kernels/build.py); which loads are hinted must not change one bit of any row."""
     from anypair.kernels import build
 
-    assert build.prefetch_min_rows("GenuineIntel") == 1 and build.prefetch_min_rows("AuthenticAMD") == 4
+    assert build.prefetch_min_rows("GenuineIntel", 6) == 1 and build.prefetch_min_rows("AuthenticAMD", 25) == 4
+    assert build.prefetch_min_rows("AuthenticAMD", 26) == 1 and build.prefetch_min_rows("", 0) == 4
     monkeypatch.setenv("ANYPAIR_PREFETCH_MIN_ROWS", "3")
     assert build.prefetch_min_rows("GenuineIntel") == 3
     monkeypatch.setenv("ANYPAIR_PREFETCH_MIN_ROWS", "many")

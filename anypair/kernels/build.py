@@ -163,14 +163,16 @@ def q6k_layout(vendor: Optional[str] = None, avx512: bool = True) -> str:
     return "bits" if intel and avx512 else "bytes"
 
 
-def prefetch_min_rows(vendor: Optional[str] = None) -> int:
+def prefetch_min_rows(vendor: Optional[str] = None, family: Optional[int] = None) -> int:
     """From how many activation rows the AVX-512 K-quant tiles prefetch ahead (csrc/dot_avx512.c).
-    Intel's hardware prefetcher does not keep the 1-3 row tiles fed: on an Intel Xeon (2 threads,
-    Qwen2.5-1.5B, context 300, A/B in one process) prefetching at every row count took k = 1 / 2 / 3
-    from 48.0 / 55.6 / 61.3 ms to 45.2 / 51.4 / 53.7 (k = 4: 58.0 / 56.7), so k = 2 and 3 no longer
-    cost more than k = 4; on Zen 4 the same prefetches cost 3-6% at 1-3 rows, so AMD keeps 4.
+    Where the hardware prefetcher does not keep the 1-3 row tiles fed, every row count prefetches:
+    on an Intel Xeon (2 threads, Qwen2.5-1.5B, context 300, A/B in one process) prefetching at every row
+    count took k = 1 / 2 / 3 from 48.0 / 55.6 / 61.3 ms to 45.2 / 51.4 / 53.7 (k = 4: 58.0 / 56.7); on AMD
+    Zen 5 (family 26; 2 threads, gemma-2-9b's seed shape, context 300, A/B in one process, three runs) from
+    137-139 / 160-165 ms to 97-101 / 106-109 for k = 1 / 2 (k = 4, 8 the same either way). On Zen 4 (and
+    Zen 3, family 25) the same prefetches cost 3-6% at 1-3 rows, so there they start at 4.
     `ANYPAIR_PREFETCH_MIN_ROWS` overrides it (measurements)."""
-    from anypair.machine import cpu_vendor
+    from anypair.machine import cpu_family, cpu_vendor
 
     override = os.environ.get("ANYPAIR_PREFETCH_MIN_ROWS")
     if override:
@@ -178,7 +180,9 @@ def prefetch_min_rows(vendor: Optional[str] = None) -> int:
             return max(1, int(override))
         except ValueError:
             raise BackendError(f"ANYPAIR_PREFETCH_MIN_ROWS must be a whole number of rows, got {override!r}") from None
-    return 1 if (vendor if vendor is not None else cpu_vendor()) == "GenuineIntel" else 4
+    vendor = vendor if vendor is not None else cpu_vendor()
+    family = family if family is not None else cpu_family()
+    return 1 if vendor == "GenuineIntel" or (vendor == "AuthenticAMD" and family >= 26) else 4
 
 
 def release_thread_pool() -> bool:

@@ -22,7 +22,8 @@
 // rows the step is memory-bound there, the hardware prefetcher keeps up and the prefetches only cost
 // issue slots (3 rows 37.4 -> 39.7 ms), so they start at 4 rows by default. Intel's hardware prefetcher
 // does not keep up with 2-3 rows: without them k = 2 and 3 cost more than k = 4 on Intel Xeons (62 / 75 /
-// 73 / 61 ms for k = 1..4). The threshold is set per CPU at load (`ap_set_prefetch_min_rows`, see
+// 73 / 61 ms for k = 1..4); nor does Zen 5's with 1-3 (gemma-2-9b's shape: k = 1 / 2 / 4 137 / 160 / 129 ms
+// without them, 97 / 106 / 128 with them). The threshold is set per CPU at load (`ap_set_prefetch_min_rows`, see
 // kernels/build.py); it changes which loads are hinted, never the arithmetic.
 #define AP_PREFETCH_AHEAD 2
 extern int ap_prefetch_min_rows;  // matmul.c, where its setter is (built on every path)
