@@ -178,7 +178,17 @@ typedef struct {
     const int16_t *s16;   // [M][K/16]
     const int16_t *s32;   // [M][K/32]
     const float *x;       // [M][K]
+    const int8_t *qt;     // q again, by tiles of AP_ROW_TILE rows (ap_tile_rows): NULL unless block is 256
 } ap_act;
+
+// The K-quant activations laid out for the AVX-512 group kernels: the rows r0..r0+R-1 of a tile (r0 a
+// multiple of AP_ROW_TILE, R = min(AP_ROW_TILE, M - r0)) as K/8 steps of 8 bytes, every row's step s
+// beside the others' (qt[r0 K + (s R + r) 8 + e] = q[(r0 + r) K + 8 s + e]): one pointer reaches every
+// row of a step. With 8 rows apart the kernels ran out of integer registers for the rows' addresses
+// (GCC kept them in vector registers and on the stack); the same bytes, so the same products.
+static inline const int8_t *ap_tile_step(const ap_act *a, int r0, int R, int s) {
+    return a->qt + (size_t)r0 * a->K + (size_t)s * R * 8;
+}
 
 // One weight matrix [N][K]: in its GGUF type, rows contiguous (row_bytes each), or for the
 // K-quants in the interleaved layout (type AP_Q4_K_G16 / AP_Q5_K_G16 / AP_Q6_K_G16 / AP_Q6_K_I8: groups of 16 rows, each

@@ -61,6 +61,15 @@ AP_INLINE void step_rows(__m512i *part, __m512i q0, __m512i q1, const ap_act *a,
     }
 }
 
+// the same for the K-quants, from the tiled activations (ap_tile_step: `xs` is step t's first row; r0 a
+// multiple of AP_ROW_TILE and R the tile's rows, as TILED below calls the tiles): one pointer for every row
+AP_INLINE void step_tile(__m512i *part, __m512i q0, __m512i q1, const int8_t *xs, int R) {
+    for (int r = 0; r < R; r++) {
+        part[r] = _mm512_dpbusd_epi32(part[r], q0, broadcast4(xs + 8 * r));
+        part[r] = _mm512_dpbusd_epi32(part[r], q1, broadcast4(xs + 8 * r + 4));
+    }
+}
+
 AP_INLINE void group_q4_1_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
     const block_q4_1_g16 *g = (const block_q4_1_g16 *)group; const int nb = a->K / 32;
     __m512 acc[AP_ROW_TILE];
@@ -189,8 +198,12 @@ AP_INLINE void group_k_tile(const uint8_t *group, int fifth, const ap_act *a, in
                 }
                 __m512i part[AP_ROW_TILE];
                 for (int r = 0; r < R; r++) part[r] = _mm512_setzero_si512();
+                // a constant trip count (not t = 4j..4j+3): GCC then unrolls the steps whole and keeps each row's
+                // sum in one register, where the bounds in j made it a loop that moved every sum between two
+                // registers each step (8 rows: 106 register moves in the function, 25 after)
                 #pragma GCC unroll 4
-                for (int t = 4 * j; t < 4 * j + 4; t++) {
+                for (int s = 0; s < 4; s++) {
+                    const int t = 4 * j + s;
                     if (R >= prefetch_rows) prefetch_ahead(gb, block_bytes, 320 + 64 * t);  // past d, dmin, sc, mn: qs
                     const __m512i packed = _mm512_loadu_si512(gb->qs[t]);
                     __m512i q0 = _mm512_and_si512(packed, low4), q1 = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
@@ -199,20 +212,20 @@ AP_INLINE void group_k_tile(const uint8_t *group, int fifth, const ap_act *a, in
                         q1 = _mm512_or_si512(q1, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 1), one), 4));
                         qh = _mm512_srli_epi16(qh, 2);
                     }
-                    step_rows(part, q0, q1, a, r0, R, 256, b, t);
+                    step_tile(part, q0, q1, ap_tile_step(a, r0, R, 32 * b + t), R);
                 }
                 for (int r = 0; r < R; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(part[r], scale));
             }
         }
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb->d));
         const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gb->dmin));
+        __m512i mins[4];  // the minimums' pairs widened once a super-block for every row
+        for (int p = 0; p < 4; p++) mins[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)gb->mn[p]));
         for (int r = 0; r < R; r++) {
             const size_t row = (size_t)(r0 + r);
             const int16_t *s32 = a->s32 + row * (a->K / 32) + 8 * b;
             __m512i msum = _mm512_setzero_si512();
-            for (int p = 0; p < 4; p++)
-                msum = _mm512_dpwssd_epi32(msum, _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)gb->mn[p])),
-                                           broadcast4((const int8_t *)(s32 + 2 * p)));
+            for (int p = 0; p < 4; p++) msum = _mm512_dpwssd_epi32(msum, mins[p], broadcast4((const int8_t *)(s32 + 2 * p)));
             const __m512 dx = _mm512_set1_ps(a->d[row * nb + b]);
             acc[r] = _mm512_add_ps(acc[r], _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(isum[r])),
                                                          _mm512_mul_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(msum))));
@@ -222,7 +235,7 @@ AP_INLINE void group_k_tile(const uint8_t *group, int fifth, const ap_act *a, in
 }
 
 // Q6_K, in bytes (block_q6_K_i8) or in its 6 bits (`bits`: block_q6_K_g16, a constant per caller): per group
-// of 16 values the offset of 32 from the activations' sums of 16 (vpmaddwd with the scale pairs), the
+// of 16 values the offset of 32 from the activations' sums of 16 (vpdpwssd with the scale pairs times -32), the
 // values' products (vpdpbusd: block_q6_K_i8's q[t][0] and q[t][1] are loaded as they are multiplied; the
 // 6-bit layout ORs the high 2 bits into the nibbles with constant shifts), times the group's scale
 // (vpmulld); one float step per super-block. Both layouts put d and sc first (288 bytes).
@@ -242,9 +255,13 @@ AP_INLINE void group_q6_K_tile(const uint8_t *group, int bits, const ap_act *a, 
         for (int p = 0; p < 8; p++) {
             if (R >= prefetch_rows && p < 5) prefetch_ahead(gb, block_bytes, 64 * p);  // d and sc (288 bytes)
             const __m512i pair = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(bits ? g6->sc[p] : g8->sc[p])));
-            for (int r = 0; r < R; r++) {  // the offset of 32: -32 * (sc[2p] * s16[2p] + sc[2p+1] * s16[2p+1])
+            // the offset of 32: -32 * (sc[2p] * s16[2p] + sc[2p+1] * s16[2p+1]), one vpdpwssd a row with the
+            // scales times -32 (|-32 sc| <= 4096 fits int16; every product and sum is exact in int32, so the
+            // same integers as subtracting the shifted sum)
+            const __m512i pair_offset = _mm512_mullo_epi16(pair, _mm512_set1_epi16(-32));
+            for (int r = 0; r < R; r++) {
                 const int16_t *s16 = a->s16 + (size_t)(r0 + r) * (a->K / 16) + 16 * b + 2 * p;
-                isum[r] = _mm512_sub_epi32(isum[r], _mm512_slli_epi32(_mm512_madd_epi16(pair, broadcast4((const int8_t *)s16)), 5));
+                isum[r] = _mm512_dpwssd_epi32(isum[r], pair_offset, broadcast4((const int8_t *)s16));
             }
             for (int h = 0; h < 2; h++) {
                 const int u = 2 * p + h;  // group u of 16 elements: steps t = 2u, 2u + 1
@@ -274,7 +291,7 @@ AP_INLINE void group_q6_K_tile(const uint8_t *group, int bits, const ap_act *a, 
                         }
                         q0 = _mm512_loadu_si512(g8->q[t][0]), q1 = _mm512_loadu_si512(g8->q[t][1]);
                     }
-                    step_rows(part, q0, q1, a, r0, R, 256, b, t);
+                    step_tile(part, q0, q1, ap_tile_step(a, r0, R, 32 * b + t), R);
                 }
                 for (int r = 0; r < R; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(part[r], scale));
             }

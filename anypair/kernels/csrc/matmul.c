@@ -42,19 +42,32 @@ static ap_group_fn pick_group(int type, int path) {
     return fn ? fn : ap_group_ref(type);
 }
 
-typedef struct { int8_t *q; float *d; int16_t *s16, *s32; } act_buffers;
+typedef struct { int8_t *q, *qt; float *d; int16_t *s16, *s32; } act_buffers;
 
+// qt (ap_tile_rows) only for the K-quants' blocks of 256 and more than one row: one row's tile is q itself
 static int alloc_act(act_buffers *b, int M, int K, int block) {
     b->q = malloc((size_t)M * K);
+    b->qt = block == 256 && M > 1 ? malloc((size_t)M * K) : NULL;
     b->d = malloc(sizeof(float) * (size_t)M * (K / block));
     b->s16 = malloc(sizeof(int16_t) * (size_t)M * (K / 16));
     b->s32 = malloc(sizeof(int16_t) * (size_t)M * (K / 32));
-    return b->q && b->d && b->s16 && b->s32;
+    return b->q && (b->qt || block != 256 || M == 1) && b->d && b->s16 && b->s32;
 }
-static void free_act(act_buffers *b) { free(b->q); free(b->d); free(b->s16); free(b->s32); }
+static void free_act(act_buffers *b) { free(b->q); free(b->qt); free(b->d); free(b->s16); free(b->s32); }
+
+// q's rows by tiles of AP_ROW_TILE, each tile's rows step by step (ap_common.h: ap_tile_step)
+static void tile_rows(const int8_t *q, int M, int K, int8_t *qt) {
+    for (int r0 = 0; r0 < M; r0 += AP_ROW_TILE) {
+        const int R = M - r0 < AP_ROW_TILE ? M - r0 : AP_ROW_TILE;
+        int8_t *out = qt + (size_t)r0 * K;
+        for (int s = 0; s < K / 8; s++)
+            for (int r = 0; r < R; r++) memcpy(out + ((size_t)s * R + r) * 8, q + (size_t)(r0 + r) * K + 8 * s, 8);
+    }
+}
 
 static void quantize_act(const float *x, int M, int K, int block, int path, act_buffers *b) {
     (path == AP_PATH_REFERENCE ? ap_quantize_rows_ref : ap_quantize_rows_avx2)(x, M, K, block, b->q, b->d, b->s16, b->s32);
+    if (b->qt) tile_rows(b->q, M, K, b->qt);
 }
 
 // one chunk (AP_CHUNK_ROWS = AP_GROUP weight rows n0..n1-1) of an interleaved matrix, every activation row
@@ -90,9 +103,9 @@ int ap_linear(const ap_weight *ws, int nw, const float *x, int M, int K, float *
     if (!ok) { free_act(&b256); free_act(&b32); return -2; }
     if (need256) quantize_act(x, M, K, 256, path, &b256);
     if (need32) quantize_act(x, M, K, 32, path, &b32);
-    const ap_act act256 = {M, K, 256, b256.q, b256.d, b256.s16, b256.s32, x};
-    const ap_act act32 = {M, K, 32, b32.q, b32.d, b32.s16, b32.s32, x};
-    const ap_act actf = {M, K, 0, NULL, NULL, NULL, NULL, x};
+    const ap_act act256 = {M, K, 256, b256.q, b256.d, b256.s16, b256.s32, x, M == 1 ? b256.q : b256.qt};
+    const ap_act act32 = {M, K, 32, b32.q, b32.d, b32.s16, b32.s32, x, NULL};
+    const ap_act actf = {M, K, 0, NULL, NULL, NULL, NULL, x, NULL};
 
     // chunk c of the concatenated weight rows -> (matrix, first row)
     int first_chunk[64 + 1];
