@@ -178,7 +178,7 @@ typedef struct {
     const int16_t *s16;   // [M][K/16]
     const int16_t *s32;   // [M][K/32]
     const float *x;       // [M][K]
-    const int8_t *qt;     // q again, by tiles of AP_ROW_TILE rows (ap_tile_rows): NULL unless block is 256
+    const int8_t *qt;     // q again, by tiles of AP_ROW_TILE rows (ap_tile_step), for the AVX-512 K-quant kernels only
 } ap_act;
 
 // The K-quant activations laid out for the AVX-512 group kernels: the rows r0..r0+R-1 of a tile (r0 a

@@ -44,14 +44,15 @@ static ap_group_fn pick_group(int type, int path) {
 
 typedef struct { int8_t *q, *qt; float *d; int16_t *s16, *s32; } act_buffers;
 
-// qt (ap_tile_rows) only for the K-quants' blocks of 256 and more than one row: one row's tile is q itself
-static int alloc_act(act_buffers *b, int M, int K, int block) {
+// qt (ap_tile_step) only where the AVX-512 K-quant kernels will read it (`tiled`), and only for more than one
+// row: one row's tile is q itself
+static int alloc_act(act_buffers *b, int M, int K, int block, int tiled) {
     b->q = malloc((size_t)M * K);
-    b->qt = block == 256 && M > 1 ? malloc((size_t)M * K) : NULL;
+    b->qt = tiled && M > 1 ? malloc((size_t)M * K) : NULL;
     b->d = malloc(sizeof(float) * (size_t)M * (K / block));
     b->s16 = malloc(sizeof(int16_t) * (size_t)M * (K / 16));
     b->s32 = malloc(sizeof(int16_t) * (size_t)M * (K / 32));
-    return b->q && (b->qt || block != 256 || M == 1) && b->d && b->s16 && b->s32;
+    return b->q && (b->qt || !tiled || M == 1) && b->d && b->s16 && b->s32;
 }
 static void free_act(act_buffers *b) { free(b->q); free(b->qt); free(b->d); free(b->s16); free(b->s32); }
 
@@ -98,8 +99,8 @@ int ap_linear(const ap_weight *ws, int nw, const float *x, int M, int K, float *
     }
     act_buffers b256 = {0}, b32 = {0};
     int ok = 1;
-    if (need256) ok &= alloc_act(&b256, M, K, 256);
-    if (need32) ok &= alloc_act(&b32, M, K, 32);
+    if (need256) ok &= alloc_act(&b256, M, K, 256, path == AP_PATH_BEST && ap_simd_level() == 3);
+    if (need32) ok &= alloc_act(&b32, M, K, 32, 0);
     if (!ok) { free_act(&b256); free_act(&b32); return -2; }
     if (need256) quantize_act(x, M, K, 256, path, &b256);
     if (need32) quantize_act(x, M, K, 32, path, &b32);
