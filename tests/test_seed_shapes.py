@@ -275,6 +275,38 @@ def test_the_pairs_rounds_are_recorded_and_replayed_with_the_same_rows_and_conte
     assert "| 0 |" in rp.format_replay(result)
 
 
+def test_the_target_alones_step_is_timed_between_the_rounds(monkeypatch):
+    """replay_on: a single-row step after every round at that round's context (then BASELINE_STEPS after the
+    last), each cropped away, so the machine's drift falls on the rounds and the baseline alike."""
+    from anypair.benchmarking import replay as rp
+
+    class Engine:
+        def __init__(self):
+            self.cached_length, self.calls = 0, []
+
+        def reset(self):
+            self.cached_length = 0
+
+        def prefill(self, ids):
+            self.cached_length = len(ids)
+
+        def extend(self, ids, all_logits=True):
+            self.calls.append((self.cached_length, len(ids)))
+            self.cached_length += len(ids)
+
+        def crop(self, length):
+            self.cached_length = length
+
+    seconds = iter([0.5, 0.1, 0.5, 0.3, 0.5, 0.2] + [0.25] * rp.BASELINE_STEPS)
+    monkeypatch.setattr(rp, "_timed", lambda backend, ids: backend.extend(list(ids)) or next(seconds))
+    prompt = rp.RecordedPrompt(prompt_tokens=10, new_tokens=7, rounds=[(4, 2), (3, 0), (5, 1)])
+    engine = Engine()
+    out = rp.replay_on(engine, prompt, list(range(100)))
+    rounds_then_steps = [(10, 4), (13, 1), (13, 3), (14, 1), (14, 5), (16, 1)]
+    assert engine.calls == rounds_then_steps + [(16, 1)] * rp.BASELINE_STEPS
+    assert out["verify_s"] == pytest.approx(1.5) and out["step_s"] == 0.25  # the median of 0.1, 0.3, 0.2 and 5 x 0.25
+
+
 def test_the_recorded_rounds_are_the_rows_the_target_scored_with_any_drafter():
     """Each round's rows in a request's `round_log` are the proposal's tokens (a tree's alternatives too)
     and the last committed token: what the replay re-runs. The hybrid drafter (the same draft model,

@@ -156,24 +156,34 @@ def _timed(backend, ids: Sequence[int]) -> float:
 
 
 def replay_on(backend, prompt: RecordedPrompt, ids: Sequence[int]) -> dict:
-    """The prompt's rounds on the seed target (after an untimed read of a prompt of its length), then
-    its single-row step: seconds."""
+    """The prompt's rounds on the seed target (after an untimed read of a prompt of its length), with the
+    target alone's single-row step timed after every round at that round's context and BASELINE_STEPS times
+    after the last: seconds (the step the median of them all). Interleaved because a shared machine's
+    memory traffic moves a one-row step (bound by reading) by a third within an hour while rounds of many
+    rows (bound by the multiplies) barely move: a step timed only after the rounds put that drift into the
+    ratio."""
     backend.reset()
     backend.prefill(list(ids[: prompt.prompt_tokens]))
-    verify_s = 0.0
+    verify_s, steps = 0.0, []
     for (rows, accepted), context in zip(prompt.rounds, prompt.contexts):
         verify_s += _timed(backend, ids[context: context + rows])
         backend.crop(context + accepted + 1)
-    return {"verify_s": verify_s, "step_s": _single_step(backend, ids)}
+        steps += _single_steps(backend, ids, 1)
+    return {"verify_s": verify_s, "step_s": statistics.median(steps + _single_steps(backend, ids, BASELINE_STEPS))}
+
+
+def _single_steps(backend, ids: Sequence[int], count: int) -> list[float]:
+    """`count` single-row steps after what `backend` holds (each cropped away): seconds."""
+    steps = []
+    for _ in range(count):
+        steps.append(_timed(backend, ids[:1]))
+        backend.crop(backend.cached_length - 1)
+    return steps
 
 
 def _single_step(backend, ids: Sequence[int]) -> float:
-    """The median of BASELINE_STEPS single-row steps after what `backend` holds (each cropped away)."""
-    steps = []
-    for _ in range(BASELINE_STEPS):
-        steps.append(_timed(backend, ids[:1]))
-        backend.crop(backend.cached_length - 1)
-    return statistics.median(steps)
+    """The median of BASELINE_STEPS single-row steps after what `backend` holds."""
+    return statistics.median(_single_steps(backend, ids, BASELINE_STEPS))
 
 
 def llama_cpp_steps(path, contexts: Sequence[int], threads: int, ids: Sequence[int]) -> dict[int, float]:
