@@ -51,23 +51,21 @@ AP_INLINE __m512i broadcast4(const int8_t *p) {  // 4 bytes (or two int16) into 
     return _mm512_set1_epi32(v);
 }
 
-// step t of 8 elements of block b (`cols` columns) for R activation rows: part[r] += the products of
-// the low nibbles' values (elements 8t..8t+3) and the high ones' (8t+4..8t+7) with the row's activations
-AP_INLINE void step_rows(__m512i *part, __m512i q0, __m512i q1, const ap_act *a, int r0, int R, int cols, int b, int t) {
+// one step of 8 elements for R activation rows whose 8 bytes start at x, x + stride, ...: part[r] += the
+// products of the low nibbles' values (elements 8t..8t+3) and the high ones' (8t+4..8t+7) with the row's
+// activations. The K-quants pass their tiled activations (ap_tile_step: stride 8, a constant once inlined,
+// so one pointer reaches every row; r0 a multiple of AP_ROW_TILE and R the tile's rows, as TILED below calls
+// the tiles), the 32-blocks the rows of `q` (stride K)
+AP_INLINE void step_rows_at(__m512i *part, __m512i q0, __m512i q1, const int8_t *x, size_t stride, int R) {
     for (int r = 0; r < R; r++) {
-        const int8_t *x = a->q + (size_t)(r0 + r) * a->K + cols * b + 8 * t;
-        part[r] = _mm512_dpbusd_epi32(part[r], q0, broadcast4(x));
-        part[r] = _mm512_dpbusd_epi32(part[r], q1, broadcast4(x + 4));
+        part[r] = _mm512_dpbusd_epi32(part[r], q0, broadcast4(x + stride * r));
+        part[r] = _mm512_dpbusd_epi32(part[r], q1, broadcast4(x + stride * r + 4));
     }
 }
 
-// the same for the K-quants, from the tiled activations (ap_tile_step: `xs` is step t's first row; r0 a
-// multiple of AP_ROW_TILE and R the tile's rows, as TILED below calls the tiles): one pointer for every row
-AP_INLINE void step_tile(__m512i *part, __m512i q0, __m512i q1, const int8_t *xs, int R) {
-    for (int r = 0; r < R; r++) {
-        part[r] = _mm512_dpbusd_epi32(part[r], q0, broadcast4(xs + 8 * r));
-        part[r] = _mm512_dpbusd_epi32(part[r], q1, broadcast4(xs + 8 * r + 4));
-    }
+// step t of block b (`cols` columns) of the rows r0.. of `q`
+AP_INLINE void step_rows(__m512i *part, __m512i q0, __m512i q1, const ap_act *a, int r0, int R, int cols, int b, int t) {
+    step_rows_at(part, q0, q1, a->q + (size_t)r0 * a->K + cols * b + 8 * t, (size_t)a->K, R);
 }
 
 AP_INLINE void group_q4_1_tile(const uint8_t *group, const ap_act *a, int r0, int R, float *out) {
@@ -212,7 +210,7 @@ AP_INLINE void group_k_tile(const uint8_t *group, int fifth, const ap_act *a, in
                         q1 = _mm512_or_si512(q1, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 1), one), 4));
                         qh = _mm512_srli_epi16(qh, 2);
                     }
-                    step_tile(part, q0, q1, ap_tile_step(a, r0, R, 32 * b + t), R);
+                    step_rows_at(part, q0, q1, ap_tile_step(a, r0, R, 32 * b + t), 8, R);
                 }
                 for (int r = 0; r < R; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(part[r], scale));
             }
@@ -291,7 +289,7 @@ AP_INLINE void group_q6_K_tile(const uint8_t *group, int bits, const ap_act *a, 
                         }
                         q0 = _mm512_loadu_si512(g8->q[t][0]), q1 = _mm512_loadu_si512(g8->q[t][1]);
                     }
-                    step_tile(part, q0, q1, ap_tile_step(a, r0, R, 32 * b + t), R);
+                    step_rows_at(part, q0, q1, ap_tile_step(a, r0, R, 32 * b + t), 8, R);
                 }
                 for (int r = 0; r < R; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(part[r], scale));
             }
