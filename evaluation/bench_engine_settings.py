@@ -50,18 +50,10 @@ def engines_for(args):
     if unknown:
         raise SystemExit(f"bench_engine_settings: --q6k-layouts takes {', '.join(sorted(Q6K_LAYOUTS))}, got {', '.join(unknown)}")
     engines = {}
-    before = os.environ.get("ANYPAIR_LAYOUT_CACHE")
-    os.environ["ANYPAIR_LAYOUT_CACHE"] = "0"  # each engine packs its own copy: no cache shared between them
-    try:
-        for layout in layouts:
-            with packing_q6k_as(layout):
-                engines[layout] = (QuantizedGGUFBackend(args.gguf, name=layout, threads=args.threads, context=4096),
-                                   lambda: None)
-    finally:
-        if before is None:
-            os.environ.pop("ANYPAIR_LAYOUT_CACHE")
-        else:
-            os.environ["ANYPAIR_LAYOUT_CACHE"] = before
+    for layout in layouts:
+        with packing_q6k_as(layout):  # each engine packs its own copy: no layout cache shared between them
+            engines[layout] = (QuantizedGGUFBackend(args.gguf, name=layout, threads=args.threads, context=4096,
+                                                    layout_cache=False), lambda: None)
     return engines
 
 
