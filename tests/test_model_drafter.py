@@ -88,3 +88,15 @@ def test_a_sure_translated_draft_runs_to_its_budget(tokenizers):
     budget = DraftBudget(max_draft_steps=6, max_target_tokens=64, stop_confidence=0.5)
     proposal = unsure_drafter(tokenizers, confidence=0.99).propose(budget)
     assert len(proposal) >= 4 and ANSWER.startswith(tokenizers[1].decode(proposal.target_ids))
+
+
+def test_the_tokens_a_healed_tail_allows_are_exactly_those_starting_with_it(tokenizers):
+    """Token healing's allowed set, found by bisecting the vocabulary sorted by bytes, against a scan
+    of every real draft token: tails of one byte, of a word, of UTF-8 lead bytes, and one no token has."""
+    drafter = unsure_drafter(tokenizers, confidence=0.9)
+    pieces = tokenizers[0].all_token_bytes()[: drafter._n_real]
+    for tail in (b" ", b"    ", b"def", b" return", b"\n", b"\xe4", b"\xe4\xb8", b"(n", b"zzzzqqqq\xff"):
+        expected = [i for i, piece in enumerate(pieces) if piece.startswith(tail)]
+        assert drafter._tokens_starting_with(tail).tolist() == expected, tail
+        assert drafter._tokens_starting_with(tail).tolist() == expected  # and again, from its cache
+    assert len(drafter._tokens_starting_with(b" ")) > 1000

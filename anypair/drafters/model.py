@@ -28,6 +28,7 @@ with those bytes: the draft re-writes the tail its own way.
 """
 from __future__ import annotations
 
+import bisect
 import time
 from dataclasses import replace
 from typing import Callable, Generator, Optional, Sequence, Union
@@ -125,7 +126,7 @@ class ModelDrafter(Drafter):
         # healing needs the translated greedy path: sampled draft tokens must map 1:1 to target tokens
         self.token_healing = token_healing and not self.same_vocabulary and not self.draws_samples
         self._healing_masks: dict[bytes, torch.Tensor] = {}
-        self._draft_token_bytes: Optional[list[bytes]] = None
+        self._pieces_sorted: Optional[tuple[list[bytes], torch.Tensor]] = None  # (bytes, ids) in bytes order
         if not self.same_vocabulary:
             from anypair.translator import DraftSync, Translator
 
@@ -198,13 +199,20 @@ class ModelDrafter(Drafter):
         return logits
 
     def _tokens_starting_with(self, prefix: bytes) -> torch.Tensor:
-        """Ids of the draft tokens whose bytes start with `prefix` (cached: tails repeat)."""
+        """Ids of the draft tokens whose bytes start with `prefix` (cached: tails repeat). The tokens
+        sorted by their bytes once: those starting with `prefix` are one run of that order, found by
+        two bisections (a scan of a 49,152-token vocabulary cost ~13 ms a new tail, a third of the
+        default draft's drafting time on HumanEval)."""
         allowed = self._healing_masks.get(prefix)
         if allowed is None:
-            if self._draft_token_bytes is None:
-                self._draft_token_bytes = self.draft_tok.all_token_bytes()[: self._n_real]
-            ids = [i for i, piece in enumerate(self._draft_token_bytes) if piece.startswith(prefix)]
-            allowed = torch.tensor(ids, dtype=torch.long)
+            if self._pieces_sorted is None:
+                pieces = self.draft_tok.all_token_bytes()[: self._n_real]
+                order = sorted(range(len(pieces)), key=pieces.__getitem__)
+                self._pieces_sorted = ([pieces[i] for i in order], torch.tensor(order, dtype=torch.long))
+            pieces, order = self._pieces_sorted
+            first = bisect.bisect_left(pieces, prefix)
+            end = bisect.bisect_right(pieces, prefix, lo=first, key=lambda piece: piece[: len(prefix)])
+            allowed = order[first:end].sort().values
             if len(self._healing_masks) < 4096:
                 self._healing_masks[prefix] = allowed
         return allowed
