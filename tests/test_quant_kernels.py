@@ -578,6 +578,26 @@ def test_attention_rows_of_two_sequences_in_one_call_are_bitwise_each_row_alone(
         assert torch.allclose(together[m].double(), expected, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("heads,kv_heads", [(9, 3), (15, 5), (6, 3), (12, 2)])
+def test_one_row_split_across_threads_gets_the_reference_bits(heads, kv_heads):
+    """A single row (a draft's step) whose KV heads do not divide among the threads: its query heads are
+    cut into one contiguous range a thread (a KV head read by two threads, each for part of its heads),
+    and every cut gives the reference's bits; so do single rows of several sequences in one call."""
+    dim, context = 64, 203
+    generator = torch.Generator().manual_seed(heads + kv_heads)
+    caches = torch.randn(2, 3, kv_heads, 320, dim, generator=generator).half()
+    q = torch.randn(3, heads, dim, generator=generator)
+    scale = 1.0 / math.sqrt(dim)
+    for threads in (1, 2, 3, 4):
+        for m in range(3):
+            reference = _attention_rows(q[m:m + 1], caches, [context + m], [m], scale, 0, 0.0, use_reference=True)
+            assert torch.equal(_attention_rows(q[m:m + 1], caches, [context + m], [m], scale, 0, 0.0, threads=threads),
+                               reference), (threads, m)
+        rows = _attention_rows(q, caches, [context, context + 1, context + 2], [0, 1, 2], scale, 0, 0.0, threads=threads)
+        assert torch.equal(rows, _attention_rows(q, caches, [context, context + 1, context + 2], [0, 1, 2], scale, 0,
+                                                 0.0, use_reference=True)), threads
+
+
 def test_a_thread_pool_released_comes_back_on_the_next_call(real_matrices):
     """`anypair serve` releases the loading thread's OpenMP threads before generating on its worker
     thread (two pools make libgomp wait passively); the kernels must work the same afterwards."""

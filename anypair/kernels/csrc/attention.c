@@ -496,6 +496,28 @@ static int make_groups(const int64_t *cache_at, int M, int cap, int *group_at, i
 // tasks that leave some threads idle at the end and are too few for that to average out
 static inline int uneven(int tasks, int threads) { return tasks % threads != 0 && tasks < 4 * threads; }
 
+// One task: rows m0..m1 - 1 (one group) x query heads g0..g0 + heads - 1 of KV head h.
+static void attend_units(const float *q, const uint16_t *k_cache, const uint16_t *v_cache, int L_max, const int *pos,
+                         const int64_t *cache_at, int m0, int m1, int Hq, int D, int G, int h, int g0, int heads,
+                         float scale, float softcap, int window, float *out, int longest, float *scores, float *keys,
+                         float *qpairs, int *pairs, float *inv_sum, int use_ref) {
+    const size_t head0 = (size_t)m0 * Hq + (size_t)h * G + (size_t)g0;
+    attn_task task = {.q = q + head0 * D, .out = out + head0 * D, .Hq = Hq, .D = D, .G = heads, .R = m1 - m0,
+                      .first = INT_MAX, .last = 0, .scale = scale, .softcap = softcap, .scores = scores,
+                      .stride = (size_t)longest};
+    task.kc = k_cache + cache_at[m0] + (size_t)h * L_max * D;
+    task.vc = v_cache + cache_at[m0] + (size_t)h * L_max * D;
+    for (int r = 0; r < task.R; r++) {
+        const int p = pos[m0 + r];
+        task.lo[r] = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+        task.hi[r] = p;
+        task.first = task.lo[r] < task.first ? task.lo[r] : task.first;
+        task.last = p > task.last ? p : task.last;
+        for (int g = 0; g < heads; g++) task.row[r * heads + g] = (uint8_t)r;
+    }
+    attend_task(&task, use_ref, keys, qpairs, pairs, inv_sum);
+}
+
 // Attention for rows of several sequences in one parallel region (continuous batching): row m sits
 // at position pos[m] of the sequence whose caches start cache_at[m] elements into k_cache/v_cache
 // (its slot) and attends to positions lo..pos[m] of that slot only; each row's arithmetic is its own
@@ -515,24 +537,27 @@ int ap_attention_rows(const float *q, const uint16_t *k_cache, const uint16_t *v
     int *group_at = malloc(sizeof(int) * ((size_t)M + 1));
     if (!group_at) return -2;
     const int G = Hq / Hkv, threads = nthreads > 0 ? nthreads : omp_get_max_threads();
-    // A task is (group of rows, KV head, a part of its G query heads): a group is a run of consecutive
+    // A task is (group of rows, KV head, a range of its G query heads): a group is a run of consecutive
     // rows of one sequence (one slot), which reads the KV head once for all its rows. Each row's and
     // head's arithmetic is its own, so how rows are grouped and heads split changes no bit. When whole
     // groups x KV heads cannot keep the threads evenly busy, the groups are halved first (a re-read of
     // the KV head per half: a small draft's 3 KV heads at 4 rows on 2 threads become 6 tasks of 2 rows
-    // instead of 3), then, for single rows, the G heads are split (9 tasks of one head instead of 3 of
-    // three).
+    // instead of 3); for single rows, the (group, KV head, query head) units are then cut into one
+    // contiguous range a thread, a task per KV head a range touches. SmolLM2's 3 KV heads of 3 query
+    // heads on 2 threads: heads 0-4 and 5-8, four KV-head reads, where one task a query head read
+    // each KV head three times (a read widens its fp16 keys and values, about the cost of one head's
+    // arithmetic: 2 threads ran a row only 1.13x faster than one at 3,000 positions).
     int cap = ATTN_GROUP_ROWS, rows_max = 0, groups = make_groups(cache_at, M, cap, group_at, &rows_max);
     while (rows_max > 1 && uneven(groups * Hkv, threads)) {
         cap = (rows_max + 1) / 2;
         groups = make_groups(cache_at, M, cap, group_at, &rows_max);
     }
-    const int split = uneven(groups * Hkv, threads) ? G : 1;
-    const int per_task = G / split, tasks = groups * Hkv * split;
+    const int by_range = uneven(groups * Hkv, threads), units = groups * Hkv * G;
+    const int tasks = by_range ? threads : groups * Hkv;
     int failed = 0;
     #pragma omp parallel num_threads(threads)
     {
-        const size_t pairs_max = (size_t)rows_max * per_task;
+        const size_t pairs_max = (size_t)rows_max * G;
         float *scores = malloc(sizeof(float) * pairs_max * (size_t)longest);
         float *keys = malloc(sizeof(float) * 8 * (size_t)D);  // 4 (AVX2) or 8 (AVX-512) widened keys
         float *qpairs = malloc(sizeof(float) * 2 * pairs_max * (size_t)D), *inv_sum = malloc(sizeof(float) * pairs_max);
@@ -547,23 +572,15 @@ int ap_attention_rows(const float *q, const uint16_t *k_cache, const uint16_t *v
         // them into (a layer's heads at 2,000-4,000 positions are 8-32 MB, more than it holds)
         #pragma omp for schedule(static)
         for (int t = 0; t < tasks; t++) {
-            if (!ok) continue;
-            const int h = t / (groups * split), grp = (t / split) % groups, part = t % split, m0 = group_at[grp];
-            const size_t head0 = (size_t)m0 * Hq + (size_t)h * G + (size_t)part * per_task;
-            attn_task task = {.q = q + head0 * D, .out = out + head0 * D, .Hq = Hq, .D = D, .G = per_task,
-                              .R = group_at[grp + 1] - m0, .first = INT_MAX, .last = 0, .scale = scale,
-                              .softcap = softcap, .scores = scores, .stride = (size_t)longest};
-            task.kc = k_cache + cache_at[m0] + (size_t)h * L_max * D;
-            task.vc = v_cache + cache_at[m0] + (size_t)h * L_max * D;
-            for (int r = 0; r < task.R; r++) {
-                const int p = pos[m0 + r];
-                task.lo[r] = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
-                task.hi[r] = p;
-                task.first = task.lo[r] < task.first ? task.lo[r] : task.first;
-                task.last = p > task.last ? p : task.last;
-                for (int g = 0; g < per_task; g++) task.row[r * per_task + g] = (uint8_t)r;
+            // units u0..u1 - 1, unit u = (KV head u / (groups G), group (u / G) % groups, query head u % G)
+            const int u1 = by_range ? (int)((int64_t)units * (t + 1) / tasks) : (t + 1) * G;
+            for (int u = by_range ? (int)((int64_t)units * t / tasks) : t * G; ok && u < u1;) {
+                const int h = u / (groups * G), grp = (u / G) % groups, g0 = u % G;
+                const int heads = G - g0 < u1 - u ? G - g0 : u1 - u;
+                attend_units(q, k_cache, v_cache, L_max, pos, cache_at, group_at[grp], group_at[grp + 1], Hq, D, G, h,
+                             g0, heads, scale, softcap, window, out, longest, scores, keys, qpairs, pairs, inv_sum, use_ref);
+                u += heads;
             }
-            attend_task(&task, use_ref, keys, qpairs, pairs, inv_sum);
         }
         free(scores); free(keys); free(qpairs); free(inv_sum); free(pairs);
     }
