@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Optional, Union
 
 
 from anypair.errors import InputError
@@ -51,8 +51,10 @@ class DraftBudget:
     max_draft_steps: int  # draft forward steps (the policy's length; a lookup treats it as a token count)
     max_target_tokens: int  # room left before max_new_tokens, less the token the target adds itself
     # stop once the drafter's probability that its whole proposal is right would fall below this
-    # (0: never); only drafters that declare `stops_by_confidence` read it
-    stop_confidence: float = 0.0
+    # (0: never); only drafters that declare `stops_by_confidence` read it (`stop_at`). Several: one for
+    # each proposal length 1, 2, ..., the last for longer ones (a token whose row is dearer, past the
+    # verification's cheap rows, must be likelier); kept as a tuple
+    stop_confidence: Union[float, tuple[float, ...]] = 0.0
     # a tree of candidates (`Proposal.parents`) is welcome: the drafter may add an alternative to its
     # proposal where its probability of being the target's (with the tokens before it) is at least
     # this; None: a chain only (the target's engine scores chains, or trees are off)
@@ -62,10 +64,16 @@ class DraftBudget:
     row_price: Optional[float] = None
 
     def __post_init__(self) -> None:
-        if self.max_draft_steps < 0 or self.max_target_tokens < 0 or not 0 <= self.stop_confidence < 1 \
+        stops = self.stop_confidence if isinstance(self.stop_confidence, tuple) else (self.stop_confidence,)
+        object.__setattr__(self, "stop_confidence", tuple(float(s) for s in stops) or (0.0,))
+        if self.max_draft_steps < 0 or self.max_target_tokens < 0 or not all(0 <= s < 1 for s in self.stop_confidence) \
                 or not (self.branch_confidence is None or 0 <= self.branch_confidence < 1) \
                 or not (self.row_price is None or self.row_price >= 0):
             raise ValueError(f"a draft budget needs non-negative limits and prices, and confidences in [0, 1): {self}")
+
+    def stop_at(self, length: int) -> float:
+        """The stop confidence for a proposal growing to `length` tokens."""
+        return self.stop_confidence[min(max(length, 1), len(self.stop_confidence)) - 1]
 
 
 @dataclass(frozen=True)

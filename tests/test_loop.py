@@ -394,13 +394,13 @@ def test_num_draft_tokens_caps_what_a_confidence_stopping_drafter_is_asked():
     check_against_target_alone(result, target)
     steps = {budget.max_draft_steps for budget in drafter.budgets}
     assert max(steps) == 3
-    assert all(budget.stop_confidence > 0 for budget in drafter.budgets)
+    assert all(budget.stop_at(1) > 0 for budget in drafter.budgets)
 
 
 def test_a_drafter_without_confidence_stopping_gets_no_stop_advice():
     drafter = ScriptedDrafter(right())
     run(drafter, policy=make_policy("adaptive"))
-    assert drafter.budgets and all(budget.stop_confidence == 0.0 for budget in drafter.budgets)
+    assert drafter.budgets and all(budget.stop_confidence == (0.0,) for budget in drafter.budgets)
 
 
 class FreeProposals(ScriptedDrafter):

@@ -100,3 +100,17 @@ def test_the_tokens_a_healed_tail_allows_are_exactly_those_starting_with_it(toke
         assert drafter._tokens_starting_with(tail).tolist() == expected, tail
         assert drafter._tokens_starting_with(tail).tolist() == expected  # and again, from its cache
     assert len(drafter._tokens_starting_with(b" ")) > 1000
+
+
+def test_a_dearer_row_ends_the_proposal_where_its_stop_confidence_rises(tokenizers):
+    """Each draft token at ~0.93 with a stop figure of 0.05 for proposals of up to 3 tokens and 0.9 for
+    longer ones: the proposal ends after 3 draft tokens where one figure of 0.05 runs to the budget."""
+    from anypair.types import DraftBudget
+
+    cheap = DraftBudget(max_draft_steps=6, max_target_tokens=64, stop_confidence=0.05)
+    kneed = DraftBudget(max_draft_steps=6, max_target_tokens=64, stop_confidence=(0.05, 0.05, 0.05, 0.9))
+    assert kneed.stop_at(1) == 0.05 and kneed.stop_at(4) == kneed.stop_at(9) == 0.9 and cheap.stop_at(5) == 0.05
+    long_drafter, short_drafter = unsure_drafter(tokenizers, 0.93), unsure_drafter(tokenizers, 0.93)
+    long_drafter.propose(cheap)
+    short_drafter.propose(kneed)
+    assert len(long_drafter._proposed_draft_ids) == 6 and len(short_drafter._proposed_draft_ids) == 3

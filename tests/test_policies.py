@@ -115,6 +115,30 @@ def test_adaptive_with_confidence_stopping_caps_length_and_advises_a_threshold()
     assert abs(p.stop_confidence() - 0.08 / 0.25) < 0.03
 
 
+def test_rows_dearer_than_the_slope_raise_the_stop_confidence_for_the_tokens_that_need_them():
+    """A verification whose rows 9-13 cost 0.11 of a step each where rows 2-8 cost 0.04 (a second tile
+    of 8 rows, gemma-2-9b's shape on 2 cores): a token that makes the proposal 8 tokens or longer needs
+    a likelier whole proposal than one within the cheap rows; priced by a line, every length gets one."""
+    from anypair.policies import FixedCosts
+
+    curve = ((1, 1.0), (2, 1.04), (4, 1.12), (8, 1.28), (9, 1.39), (13, 1.83))
+    kneed = StepCosts(draft_step=0.02, verify_slope=0.04, verify_rows=curve)
+    assert FixedCosts(kneed).verify(6) == pytest.approx(1.20) and FixedCosts(kneed).verify(11) == pytest.approx(1.61)
+    assert FixedCosts(kneed).verify(15) == pytest.approx(2.05)  # past the last count: its segment's rows
+    p = AdaptiveLength(maximum=12, fixed_costs=kneed)
+    p.reset(confidence_stopping=True)
+    stops = p.stop_confidences()
+    assert len(stops) == 12 and stops[0] == pytest.approx(p.stop_confidence())
+    # the 8th token adds row 9 (0.11 + a draft step 0.02): 0.13; up to the 7th, the slope's 0.06
+    assert all(s == pytest.approx(0.06) for s in stops[:7]) and all(s == pytest.approx(0.13) for s in stops[7:])
+    line = AdaptiveLength(maximum=12, fixed_costs=StepCosts(draft_step=0.02, verify_slope=0.04))
+    line.reset(confidence_stopping=True)
+    assert all(s == pytest.approx(line.stop_confidence()) for s in line.stop_confidences())
+    fresh = AdaptiveLength()  # nothing measured: the prior, one figure
+    fresh.reset(confidence_stopping=True)
+    assert fresh.stop_confidences() == (fresh.stop_confidence(),)
+
+
 def test_confidence_stopping_pauses_drafting_while_it_loses_time():
     p = ConfidenceStopLength(maximum=10, probe_every=4, first_probe_after=4, min_rounds=3)
     # rounds that cost a draft step and save nothing: after min_rounds of them drafting pauses (k = 0) ...

@@ -76,6 +76,9 @@ class _Priced(DraftLengthPolicy):
     def stop_confidence(self) -> float:
         return self.inner.stop_confidence()
 
+    def stop_confidences(self) -> tuple[float, ...]:
+        return self.inner.stop_confidences()
+
     def branch_confidence(self):
         return self.inner.branch_confidence()
 
@@ -94,11 +97,14 @@ class _Priced(DraftLengthPolicy):
 
 def seed_priced_costs(row_seconds: dict[int, float], draft_step_s: float):
     """The length policy's costs beside the seed target, in its single-row steps: the draft's measured
-    step over the seed's, and the seed's measured slope over a short proposal's rows (1 to 5)."""
+    step over the seed's, the seed's measured slope over a short proposal's rows (1 to 5), and its
+    measured forwards by rows (the curve the policy prices each row with, as `EngineCosts` gives it
+    in a real run)."""
     from anypair.policies import StepCosts
 
     one = row_seconds[1]
-    return StepCosts(draft_step=draft_step_s / one, verify_slope=max(0.0, (row_seconds[5] / one - 1) / 4))
+    return StepCosts(draft_step=draft_step_s / one, verify_slope=max(0.0, (row_seconds[5] / one - 1) / 4),
+                     verify_rows=tuple((rows, seconds / one) for rows, seconds in sorted(row_seconds.items())))
 
 
 def record(prompts: Sequence[str], max_new_tokens: int, threads: int, progress: bool = True,
@@ -248,13 +254,13 @@ def replay(shape, prompts: Sequence[str], *, max_new_tokens: int = 128, threads:
         "policy" if priced else "policy-1.5b"
     if recorded is None:
         row_s = None
-        if priced:  # the seed target's forwards of 1-8 rows after a prompt of a typical length (benchmarking.costs)
+        if priced:  # the seed target's forwards of 1-13 rows (a 12-token cap) after a prompt of a typical length
             typical = int(statistics.median(len(p) for p in prompts)) // 4  # about a prompt's tokens
             # two passes, each k's smaller median kept: a pass right after the load can be slowed for a
             # while (gemma-2-9b's shape on the AVX2 machine priced a row at 0.087 of a step where the same
             # file measured 0.19 minutes later, and the policy drafted rounds of 5-12 rows for ~1 kept token)
-            passes = [verification_costs(target, ids[:min(max(typical, 100), longest - 16)], ks=(1, 2, 3, 4, 5, 6, 8),
-                                         repeats=3) for _ in range(2)]
+            passes = [verification_costs(target, ids[:min(max(typical, 100), longest - 16)],
+                                         ks=(1, 2, 3, 4, 5, 6, 8, 9, 12, 13), repeats=3) for _ in range(2)]
             row_s = {rows: min(p[rows] for p in passes) / 1000 for rows in passes[0]}
         how = ("the shipped policy priced at the seed target's costs" if priced else
                "the shipped policy priced at the 1.5B target's costs" if fixed_length is None else

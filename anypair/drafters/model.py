@@ -169,8 +169,9 @@ class ModelDrafter(Drafter):
         # proposal's length and however it was decided
         return self.confidence_threshold != 0
 
-    def _stop_threshold(self, budget: DraftBudget) -> float:
-        return budget.stop_confidence if self.confidence_threshold is None else self.confidence_threshold
+    def _stop_threshold(self, budget: DraftBudget, length: int) -> float:
+        """The stop confidence for a proposal growing to `length` tokens."""
+        return budget.stop_at(length) if self.confidence_threshold is None else self.confidence_threshold
 
     def _proposal(self, target_ids: list[int], confidence: Optional[float] = None,
                   translate_seconds: float = 0.0) -> Proposal:
@@ -251,13 +252,12 @@ class ModelDrafter(Drafter):
         """The proposal, yielding each draft forward it needs (send back the last row's logits):
         continuous batching runs the draft steps of every request in one shared forward."""
         max_draft_steps, max_target_tokens = budget.max_draft_steps, budget.max_target_tokens
-        threshold = self._stop_threshold(budget)
         self._catch_up_seconds = 0.0
         if max_draft_steps <= 0 or max_target_tokens <= 0:
             self._proposed_draft_ids = []
             return self._proposal([])
         if self.draws_samples:
-            return (yield from self._propose_sampled(max_draft_steps, max_target_tokens, threshold))
+            return (yield from self._propose_sampled(budget))
         new_ids: list[int] = []
         finished = False
         # the draft's other choices it scored, where the budget asks for a tree: (tokens of the
@@ -275,6 +275,7 @@ class ModelDrafter(Drafter):
         for step in range(max_draft_steps + (1 if heal else 0)):
             logits = yield from self._next_logits()
             healing_step = step == 0 and bool(heal)
+            threshold = self._stop_threshold(budget, len(new_ids) + 1)
             token, confidence, second = self._pick(logits, threshold, heal if healing_step else b"",
                                                    runner_up=wants_branches and not healing_step)
             if token in self._draft_eos:
@@ -329,8 +330,7 @@ class ModelDrafter(Drafter):
         ids = list(translation.target_ids[:max_target_tokens])
         return ids, min(translation.n_stable, len(ids))
 
-    def _propose_sampled(self, max_draft_steps: int, max_target_tokens: int,
-                         threshold: float) -> Generator[DraftCall, torch.Tensor, Proposal]:
+    def _propose_sampled(self, budget: DraftBudget) -> Generator[DraftCall, torch.Tensor, Proposal]:
         """Token-level intersection sampling: each draft token is the draft's keyed sample among the
         tokens the target also has (identical bytes), read with the target's noise at the position
         it is proposed for; each sampled draft token IS a target token."""
@@ -346,7 +346,8 @@ class ModelDrafter(Drafter):
         sure_so_far = 1.0
         new_ids: list[int] = []
         target_ids: list[int] = []
-        for offset in range(min(max_draft_steps, max_target_tokens)):
+        for offset in range(min(budget.max_draft_steps, budget.max_target_tokens)):
+            threshold = self._stop_threshold(budget, offset + 1)
             logits = yield from self._next_logits()
             noise_row = self.noise.exponential(self._next_position + offset, target_rows)
             picked = sample_draft_token(logits, self.vocab_map, self.sampling, noise_row)

@@ -331,7 +331,7 @@ class DecodeSession:
         if not self.drafter_off:
             self.record.budgeted(length, self.draft_cap_reason if capped else None)
         trees = self.request.candidate_trees and self.request.constraint is None and self.target.engine.scores_trees
-        return DraftBudget(length, room, self.policy.stop_confidence(), self.policy.branch_confidence() if trees else None,
+        return DraftBudget(length, room, self.policy.stop_confidences(), self.policy.branch_confidence() if trees else None,
                            self.policy.row_price())
 
     def _verify(self, proposal: Proposal, budget: DraftBudget

@@ -24,6 +24,11 @@ class DraftLengthPolicy(ABC):
         the whole proposal is right falls below this (0: no advice)."""
         return 0.0
 
+    def stop_confidences(self) -> tuple[float, ...]:
+        """`stop_confidence` for each proposal length 1, 2, ... (the last for longer ones): what
+        `DraftBudget.stop_confidence` carries. Default: the one figure for every length."""
+        return (self.stop_confidence(),)
+
     def branch_confidence(self) -> Optional[float]:
         """Advice for drafters that can add alternatives to their proposal (a tree of candidates,
         verified in the same forward): add one whose chance of being the target's is at least this.

@@ -59,14 +59,18 @@ class CostModel(ABC):
 @dataclass(frozen=True)
 class StepCosts:
     """A cost model in units of one single-token target step: a draft step costs `draft_step`,
-    verifying n tokens costs `1 + verify_slope * (n - 1)`."""
+    verifying n tokens costs `1 + verify_slope * (n - 1)`, or, where `verify_rows` is given ((rows,
+    cost) pairs, one row at 1.0), the line through those (as `EngineCosts` draws it): a measured
+    target's curve, whose rows past its cheap ones may cost more than the slope says."""
 
     draft_step: float
     verify_slope: float
+    verify_rows: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
-        if not (self.draft_step > 0 and self.verify_slope >= 0):
-            raise ValueError(f"StepCosts needs draft_step > 0 and verify_slope >= 0, got {self}")
+        if not (self.draft_step > 0 and self.verify_slope >= 0) or any(rows < 1 or not cost > 0
+                                                                       for rows, cost in self.verify_rows):
+            raise ValueError(f"StepCosts needs draft_step > 0, verify_slope >= 0 and rows' costs > 0, got {self}")
 
 
 def layer_overhead_params(engine: str) -> float:
@@ -115,6 +119,11 @@ class FixedCosts(CostModel):
 
     def __init__(self, costs: StepCosts) -> None:
         self.costs = costs
+        self._curve: Optional[EngineCosts] = None
+        if costs.verify_rows:
+            self._curve = EngineCosts(smoothing=1.0, prior_slope=costs.verify_slope)
+            for rows, cost in costs.verify_rows:
+                self._curve.observe(rows, cost)
 
     @property
     def known(self) -> bool:
@@ -124,6 +133,8 @@ class FixedCosts(CostModel):
         return self.costs.draft_step
 
     def verify(self, n_scored: float) -> float:
+        if self._curve is not None:
+            return self._curve.seconds(n_scored)
         return 1.0 + self.costs.verify_slope * (n_scored - 1)
 
     def verify_slope(self) -> float:
