@@ -542,11 +542,9 @@ int ap_attention_rows(const float *q, const uint16_t *k_cache, const uint16_t *v
     // head's arithmetic is its own, so how rows are grouped and heads split changes no bit. When whole
     // groups x KV heads cannot keep the threads evenly busy, the groups are halved first (a re-read of
     // the KV head per half: a small draft's 3 KV heads at 4 rows on 2 threads become 6 tasks of 2 rows
-    // instead of 3); for single rows, the (group, KV head, query head) units are then cut into one
-    // contiguous range a thread, a task per KV head a range touches. SmolLM2's 3 KV heads of 3 query
-    // heads on 2 threads: heads 0-4 and 5-8, four KV-head reads, where one task a query head read
-    // each KV head three times (a read widens its fp16 keys and values, about the cost of one head's
-    // arithmetic: 2 threads ran a row only 1.13x faster than one at 3,000 positions).
+    // instead of 3); single rows' (group, KV head, query head) units are then cut into one contiguous
+    // range a thread (SmolLM2's 3 x 3 heads on 2 threads: 0-4 and 5-8, four KV-head reads; one task a
+    // query head read each KV head thrice, and 2 threads ran a row only 1.13x faster than one).
     int cap = ATTN_GROUP_ROWS, rows_max = 0, groups = make_groups(cache_at, M, cap, group_at, &rows_max);
     while (rows_max > 1 && uneven(groups * Hkv, threads)) {
         cap = (rows_max + 1) / 2;
