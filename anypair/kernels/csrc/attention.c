@@ -499,14 +499,13 @@ static inline int uneven(int tasks, int threads) { return tasks % threads != 0 &
 // One task: rows m0..m1 - 1 (one group) x query heads g0..g0 + heads - 1 of KV head h.
 static void attend_units(const float *q, const uint16_t *k_cache, const uint16_t *v_cache, int L_max, const int *pos,
                          const int64_t *cache_at, int m0, int m1, int Hq, int D, int G, int h, int g0, int heads,
-                         float scale, float softcap, int window, float *out, int longest, float *scores, float *keys,
-                         float *qpairs, int *pairs, float *inv_sum, int use_ref) {
+                         float scale, float softcap, int window, float *out, int longest, float *scores,
+                         float *keys, float *qpairs, int *pairs, float *inv_sum, int use_ref) {
     const size_t head0 = (size_t)m0 * Hq + (size_t)h * G + (size_t)g0;
-    attn_task task = {.q = q + head0 * D, .out = out + head0 * D, .Hq = Hq, .D = D, .G = heads, .R = m1 - m0,
-                      .first = INT_MAX, .last = 0, .scale = scale, .softcap = softcap, .scores = scores,
-                      .stride = (size_t)longest};
-    task.kc = k_cache + cache_at[m0] + (size_t)h * L_max * D;
-    task.vc = v_cache + cache_at[m0] + (size_t)h * L_max * D;
+    const size_t kv0 = (size_t)cache_at[m0] + (size_t)h * L_max * D;
+    attn_task task = {.q = q + head0 * D, .out = out + head0 * D, .kc = k_cache + kv0, .vc = v_cache + kv0, .Hq = Hq,
+                      .D = D, .G = heads, .R = m1 - m0, .first = INT_MAX, .last = 0, .scale = scale, .softcap = softcap,
+                      .scores = scores, .stride = (size_t)longest};
     for (int r = 0; r < task.R; r++) {
         const int p = pos[m0 + r];
         task.lo[r] = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
