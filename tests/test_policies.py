@@ -111,8 +111,32 @@ def test_adaptive_with_confidence_stopping_caps_length_and_advises_a_threshold()
     assert p.stop_confidence() == p.confidence_stop.prior_stop_confidence
     for n in (1, 3, 5, 2, 4):
         p.update(RoundFeedback(10, n - 1, n - 1, 0.03 * n, step(n), 0.03))
-    # a token is worth one target step (0.25 s) and costs a draft step plus the slope (0.08 s)
-    assert abs(p.stop_confidence() - 0.08 / 0.25) < 0.03
+    # a token costs a draft step plus the slope (0.08 s) and is worth a step (0.25 s) over the tokens the
+    # rounds commit a step (up to 5 in 0.6 s: ~2)
+    rate = p.confidence_stop.rate.per_step
+    assert 1.5 < rate < 2.5
+    assert p.stop_confidence() == pytest.approx(0.08 / 0.25 * rate, rel=0.1)
+
+
+def test_a_token_is_worth_the_time_a_token_takes_at_the_requests_rate():
+    """Rounds that commit 3 tokens a target step make a token worth a third of a step: proposing one
+    more pays only where its chance is three times what pays beside the target alone (the rate is what
+    is maximised); the request's rounds decide it, and a new request starts again from one a step."""
+    costs = StepCosts(draft_step=0.02, verify_slope=0.04)
+    fast, slow = AdaptiveLength(fixed_costs=costs), AdaptiveLength(fixed_costs=costs)
+    for p in (fast, slow):
+        p.reset(confidence_stopping=True)
+    for _ in range(30):  # 8 of 8 kept (9 tokens for 9 draft steps and 9 rows), or none of 1 (1 token, 1.08 steps)
+        fast.update(RoundFeedback(12, 8, 8, 0.0, 0.0, None, predicted_confidence=1.0))
+        slow.update(RoundFeedback(12, 1, 0, 0.0, 0.0, None, predicted_confidence=0.0))
+    assert fast.confidence_stop.rate.per_step == pytest.approx(9 / (9 * 0.02 + 1.32), rel=0.02)
+    assert slow.confidence_stop.rate.per_step == 1.0  # below one a step drafting loses: the pause decides
+    ratio = fast.confidence_stop.calibration.ratio / slow.confidence_stop.calibration.ratio
+    rate = fast.confidence_stop.rate.per_step
+    assert fast.stop_confidence() == pytest.approx(slow.stop_confidence() * rate / ratio)
+    assert fast.branch_confidence() == pytest.approx(slow.branch_confidence() * rate / ratio)
+    fast.reset(confidence_stopping=True)
+    assert fast.confidence_stop.rate.per_step == 1.0
 
 
 def test_rows_dearer_than_the_slope_raise_the_stop_confidence_for_the_tokens_that_need_them():
@@ -273,13 +297,16 @@ def test_stop_threshold_follows_the_drafts_calibration():
     uncalibrated = ConfidenceStopLength(maximum=10)
     for n in (1, 3, 5, 2, 4):
         uncalibrated.update(RoundFeedback(10, n - 1, n - 1, 0.03 * n, step(n), 0.03))
-    base = uncalibrated.stop_confidence()
+    def at_one_token_a_step(p: ConfidenceStopLength) -> float:  # the rounds' rate apart (its own test)
+        return p.stop_confidence() / p.rate.per_step
+
+    base = at_one_token_a_step(uncalibrated)
     # proposals the draft gave 40% that were all accepted: it is under-confident, stop later
     shy = policy_after(True, 0.4)
-    assert shy.calibration.ratio > 1.8 and shy.stop_confidence() < base / 1.8
+    assert shy.calibration.ratio > 1.8 and at_one_token_a_step(shy) < base / 1.8
     # proposals it gave 90% that were all rejected: over-confident, stop sooner
     bold = policy_after(False, 0.9)
-    assert bold.calibration.ratio < 0.5 and bold.stop_confidence() > base * 1.8
+    assert bold.calibration.ratio < 0.5 and at_one_token_a_step(bold) > base * 1.8
     # a draft that is right as often as it says keeps the cost-based threshold
     honest = ConfidenceStopLength(maximum=10)
     for i, n in enumerate((1, 3, 5, 2, 4, 3, 2, 4, 3, 5)):

@@ -33,10 +33,15 @@ For drafters that stop by their own confidence. The length is only a cap; the po
 stopping point, and pausing drafting while it loses time.
 
 One more draft token is worth proposing while the draft's probability that everything so far is
-right, times the value of a token (one target step, verify(1)), exceeds what the token costs (a
-draft step plus the verification slope). Acceptance per round is far from geometric (boilerplate
-runs, then hard spots) and the draft's own confidence tells the two apart, where one averaged
-acceptance rate cannot.
+right, times the value of a token, exceeds what the token costs (a draft step plus its row in the
+verification). A token is worth the time a token takes at the rate the request's drafting rounds
+commit them (`TokenRate`): what is maximised is tokens per second, and a token that adds p expected
+tokens for a cost c raises that rate only where p / c beats it. Valued at a whole target step (the
+time saved against the target alone), tokens were overpriced by the speedup itself: beside a 9B
+target, where rounds commit ~2 tokens a step, the policy drafted rounds of 9 rows on average and
+took 1.04x the time a token of a constant 6-step draft took (replayed, same prompts). Acceptance per
+round is far from geometric (boilerplate runs, then hard spots) and the draft's own confidence tells
+the two apart, where one averaged acceptance rate cannot.
 
 Each round still pays at least one draft step, so the policy also keeps the net time each drafting
 round saved against a plain target step; while that average is negative after at least
@@ -80,6 +85,12 @@ and a ~10 ms catch-up against a 46 ms step): a probe every ninth round spent ~7%
 drafting never paid again (CNN/DailyMail prompts at 0.91-0.95x the target alone). The cross-request
 ledger (`policies.ledger`) is what stops a pair that never pays.
 
+## TokenRate
+
+Tokens a request's drafting rounds commit per target step they cost (accepted proposals plus the
+target's own token, over the round's draft steps and verification), smoothed over rounds, from a
+prior of one token a step (the target alone's rate, where the value of a token is one step).
+
 ## AcceptanceEstimate
 
 The per-token acceptance estimate: the chance the target keeps the next proposed token, given it kept
@@ -117,6 +128,25 @@ class AcceptanceEstimate:
         rejected = 1 if accepted < proposed else 0
         observed = accepted / (accepted + rejected)
         self.rate = (1 - self.smoothing) * self.rate + self.smoothing * observed
+
+
+class TokenRate:
+    def __init__(self, smoothing: float = 0.3) -> None:
+        self.keep = 1 - smoothing / 2  # a ratio of smoothed sums: a lucky round moves it little
+        self.reset()
+
+    def reset(self) -> None:
+        self.tokens = self.steps = 1.0  # a prior of one round at the target alone's rate
+
+    def observe(self, tokens: int, steps: float) -> None:
+        """A drafting round committed `tokens` and cost `steps` plain target steps."""
+        self.tokens = self.keep * self.tokens + tokens
+        self.steps = self.keep * self.steps + max(steps, 1e-9)
+
+    @property
+    def per_step(self) -> float:
+        """Tokens a target step, at least one: below it drafting loses and the pause decides."""
+        return max(1.0, self.tokens / self.steps)
 
 
 #: the share of the paused rounds' time that probes may spend (see ProbeSchedule)
@@ -269,6 +299,7 @@ class ConfidenceStopLength(DraftLengthPolicy):
         self.smoothing = smoothing
         self.prior_stop_confidence = prior_stop_confidence
         self.calibration = ConfidenceCalibration(smoothing, max_calibration)
+        self.rate = TokenRate(smoothing)
         self.probes = ProbeSchedule(first_probe_after, probe_every)
         self.min_rounds = min_rounds
         self.remembers = False  # costs and calibration shared across requests (AdaptiveLength.remember)
@@ -278,6 +309,7 @@ class ConfidenceStopLength(DraftLengthPolicy):
         if not self.remembers:  # costs and calibration kept across requests in a PairMemory are not reset
             self.costs.reset()
             self.calibration.reset()
+        self.rate.reset()  # the text's: a request starts from the target alone's rate
         self.probes.reset()
         self.net_saving: Optional[float] = None  # what a drafting round saved vs a plain target step (smoothed)
         self.drafting_rounds = 0
@@ -293,13 +325,17 @@ class ConfidenceStopLength(DraftLengthPolicy):
         # wrong draft probing with the whole cap drafted 10 tokens for 1 kept, ~1.7 target steps)
         return min(self.maximum, PROBE_DRAFT_STEPS) if self.probes.due() else 0
 
+    def token_value(self) -> float:
+        """What one more committed token is worth (see the module's docstring): the time a token takes
+        at the request's rate, a target step over its tokens a step."""
+        return self.costs.verify(1) / self.rate.per_step
+
     def stop_confidence(self) -> float:
         draft_step = self.costs.draft_step()
         if draft_step is None or not self.costs.known:
             return self.prior_stop_confidence
-        token_value = self.costs.verify(1)
         token_cost = draft_step + self.costs.verify_slope()
-        return min(0.9, max(0.03, token_cost / token_value / self.calibration.ratio))
+        return min(0.9, max(0.03, token_cost / self.token_value() / self.calibration.ratio))
 
     def stop_confidences(self) -> tuple[float, ...]:
         """`stop_confidence` for each proposal length up to the cap, raised where that length's own row
@@ -311,7 +347,7 @@ class ConfidenceStopLength(DraftLengthPolicy):
         draft_step = self.costs.draft_step()
         if draft_step is None or not self.costs.known:
             return (base,)
-        value = self.costs.verify(1) * self.calibration.ratio
+        value = self.token_value() * self.calibration.ratio
         verify = [self.costs.verify(rows) for rows in range(1, self.maximum + 2)]
         # a proposal of n tokens is verified in n + 1 rows: its n-th token adds row n + 1
         return tuple(min(0.9, max(base, (draft_step + max(0.0, verify[n] - verify[n - 1])) / value))
@@ -320,19 +356,20 @@ class ConfidenceStopLength(DraftLengthPolicy):
     def branch_confidence(self) -> Optional[float]:
         """An alternative the draft already scored (a second choice, its first where it stopped)
         costs no draft step, only its row in the verification: worth it where its chance times a
-        target step beats that row's cost."""
+        token's value beats that row's cost."""
         if not self.costs.known:
             return PRIOR_BRANCH_CONFIDENCE
         row_cost = self.costs.verify_slope()
-        return min(0.9, max(0.01, row_cost / self.costs.verify(1) / self.calibration.ratio))
+        return min(0.9, max(0.01, row_cost / self.token_value() / self.calibration.ratio))
 
     def update(self, feedback: RoundFeedback) -> None:
         probed = self.paused and self.probes.record_paused_round()
         self.costs.observe(feedback)
         self.calibration.observe(feedback)
         if feedback.draft_steps > 0 and self.costs.known:
-            plain_step = self.costs.verify(1)
-            saved = feedback.accepted * plain_step - (self.costs.round_cost(feedback) - plain_step)
+            plain_step, cost = self.costs.verify(1), self.costs.round_cost(feedback)
+            saved = feedback.accepted * plain_step - (cost - plain_step)
+            self.rate.observe(feedback.accepted + 1, cost / plain_step)
             self.drafting_rounds += 1
             if self.net_saving is None or (probed and saved > 0):
                 self.net_saving = saved  # a probe that pays decides: the text got predictable
