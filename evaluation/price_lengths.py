@@ -66,15 +66,16 @@ def tokens_valued_at_one_step():
         ConfidenceStopLength.token_value = shipped
 
 
-def priced_rule(rule: str, curve: dict[int, float], prompts, threads: int) -> dict:
+def priced_rule(rule: str, curve: dict[int, float], prompts, threads: int, drafter: str = "model",
+                draft_window=None) -> dict:
     """One rule's rounds recorded on the real pair and priced with `curve`."""
     from anypair.benchmarking.replay import record
 
     fixed = None if rule.startswith("policy") else int(rule)
     row_s = {k: ms / 1000 for k, ms in curve.items() if k <= 13}
     with (tokens_valued_at_one_step() if rule == "policy-step-value" else _nothing()):
-        recorded = record(prompts, 128, threads, progress=False, fixed_length=fixed,
-                          seed_row_s=row_s if fixed is None else None)
+        recorded = record(prompts, 128, threads, progress=False, fixed_length=fixed, drafter=drafter,
+                          seed_row_s=row_s if fixed is None else None, draft_window=draft_window)
     rows = []
     for p in recorded:
         verify_ms = sum(price(curve, r) for r, _ in p.rounds)
@@ -96,7 +97,7 @@ def _nothing():
 
 
 def main(argv=None) -> int:
-    from anypair.benchmarking.prompts import humaneval_prompts
+    from anypair.benchmarking.prompts import humaneval_prompts, prompts_from_file
     from anypair.machine import describe_machine
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -105,18 +106,21 @@ def main(argv=None) -> int:
     parser.add_argument("--n", type=int, default=10)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--curve", help="a JSON {rows: ms} of the seed's forwards (default: measured now)")
+    parser.add_argument("--drafter", default="model", help="drafters.DRAFTERS' name ('hybrid': model + prompt n-grams)")
+    parser.add_argument("--prompts", help="a file of prompts separated by two blank lines (default: HumanEval)")
+    parser.add_argument("--draft-window", type=int, help="prompt tokens the draft reads (0: all; default: the generator's)")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     curve = ({int(k): float(v) for k, v in json.load(open(args.curve)).items()} if args.curve
              else measure_curve(args.shape, args.threads))
     print("the seed's forwards by rows, x one row: "
           + " ".join(f"{k}:{curve[k] / curve[1]:.2f}" for k in sorted(curve)), file=sys.stderr, flush=True)
-    prompts = humaneval_prompts(args.n)
+    prompts = prompts_from_file(args.prompts, args.n) if args.prompts else humaneval_prompts(args.n)
     results = []
     print("| rule | ms a token (all prompts) | median of prompts | rows a round | tokens a round | draft share |")
     print("|---|---|---|---|---|---|")
     for rule in args.rules.split(","):
-        r = priced_rule(rule.strip(), curve, prompts, args.threads)
+        r = priced_rule(rule.strip(), curve, prompts, args.threads, args.drafter, args.draft_window)
         results.append(r)
         print(f"| {r['rule']} | {r['ms_per_token']:.1f} | {r['median_ms_per_token']:.1f} | {r['rows_per_round']:.2f} | "
               f"{r['tokens_per_round']:.2f} | {100 * r['draft_share']:.0f}% |", flush=True)
@@ -125,6 +129,7 @@ def main(argv=None) -> int:
             json.dump({"what": f"draft-length rules priced at {args.shape}'s seed with one measured curve of its "
                                "forwards (random weights: costs only), the rounds and draft seconds recorded on the "
                                "real default pair", "machine": describe_machine(), "threads": args.threads,
+                       "drafter": args.drafter, "prompts": args.prompts or "humaneval", "draft_window": args.draft_window,
                        "curve_ms": curve, "results": results}, f, indent=1)
     return 0
 

@@ -109,13 +109,15 @@ def seed_priced_costs(row_seconds: dict[int, float], draft_step_s: float):
 
 def record(prompts: Sequence[str], max_new_tokens: int, threads: int, progress: bool = True,
            target: Optional[str] = None, draft: Optional[str] = None, drafter: str = "model",
-           fixed_length: Optional[int] = None, seed_row_s: Optional[dict[int, float]] = None) -> list[RecordedPrompt]:
+           fixed_length: Optional[int] = None, seed_row_s: Optional[dict[int, float]] = None,
+           draft_window: Optional[int] = None) -> list[RecordedPrompt]:
     """Each prompt through the real pair (default: the default pair) with the shipped policy, or a
     constant `fixed_length` draft steps a round (what a longer draft would have had accepted, for the
     sweep at a size where drafting is cheap), and its target alone for the real speedup. `seed_row_s`
     (a seed target's forwards by rows, seconds): the policy prices rounds at that target's
     costs (`seed_priced_costs`) instead of the 1.5B target's. `drafter`: `drafters.DRAFTERS`' name ('hybrid':
-    the same draft model with the prompt's own n-grams proposed where they match)."""
+    the same draft model with the prompt's own n-grams proposed where they match). `draft_window`: the
+    prompt tokens the draft reads (the generator's option; None: its default)."""
     from anypair.generation.generator import AnyPairGenerator
     from anypair.policies import AdaptiveLength, make_policy
     from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
@@ -124,7 +126,7 @@ def record(prompts: Sequence[str], max_new_tokens: int, threads: int, progress: 
     # the ledger's pauses are left off: it would judge drafting by the 1.5B target's costs, where a draft
     # step is 13% of a step and a summary's drafting loses; beside the seed target it is 2-4%
     gen = AnyPairGenerator(target or DEFAULT_TARGET, draft or DEFAULT_DRAFT, drafter=drafter, draft_length=recorder,
-                           threads=threads, skip_losing_drafts=False)
+                           threads=threads, skip_losing_drafts=False, draft_window=draft_window)
     gen.generate(prompts[0], max_new_tokens=8)  # warm-up: allocations and kernel choices
     if fixed_length is None and seed_row_s is not None:  # the draft's step is measured now: price at the seed's size
         if gen.draft_step_seconds is None:
