@@ -75,7 +75,7 @@ def priced_rule(rule: str, curve: dict[int, float], prompts, threads: int, draft
     row_s = {k: ms / 1000 for k, ms in curve.items() if k <= 13}
     with (tokens_valued_at_one_step() if rule == "policy-step-value" else _nothing()):
         recorded = record(prompts, 128, threads, progress=False, fixed_length=fixed, drafter=drafter,
-                          seed_row_s=row_s if fixed is None else None, draft_window=draft_window)
+                          seed_row_s=row_s, draft_window=draft_window)
     rows = []
     for p in recorded:
         verify_ms = sum(price(curve, r) for r, _ in p.rounds)

@@ -115,28 +115,40 @@ def record(prompts: Sequence[str], max_new_tokens: int, threads: int, progress: 
     constant `fixed_length` draft steps a round (what a longer draft would have had accepted, for the
     sweep at a size where drafting is cheap), and its target alone for the real speedup. `seed_row_s`
     (a seed target's forwards by rows, seconds): the policy prices rounds at that target's
-    costs (`seed_priced_costs`) instead of the 1.5B target's. `drafter`: `drafters.DRAFTERS`' name ('hybrid':
-    the same draft model with the prompt's own n-grams proposed where they match). `draft_window`: the
-    prompt tokens the draft reads (the generator's option; None: its default)."""
+    costs (`seed_priced_costs`) instead of the 1.5B target's, and under every rule the draft reads the
+    prompt it would read beside that target (`policies.draft_prompt_window` of its measured step there).
+    `drafter`: `drafters.DRAFTERS`' name ('hybrid': the same draft model with the prompt's own n-grams
+    proposed where they match). `draft_window`: the prompt tokens the draft reads (None: as above)."""
     from anypair.generation.generator import AnyPairGenerator
-    from anypair.policies import AdaptiveLength, make_policy
+    from anypair.policies import AdaptiveLength, draft_prompt_window, make_policy
     from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
     recorder = _Priced(make_policy("adaptive") if fixed_length is None else make_policy("constant", fixed_length))
     # the ledger's pauses are left off: it would judge drafting by the 1.5B target's costs, where a draft
     # step is 13% of a step and a summary's drafting loses; beside the seed target it is 2-4%
-    gen = AnyPairGenerator(target or DEFAULT_TARGET, draft or DEFAULT_DRAFT, drafter=drafter, draft_length=recorder,
-                           threads=threads, skip_losing_drafts=False, draft_window=draft_window)
-    gen.generate(prompts[0], max_new_tokens=8)  # warm-up: allocations and kernel choices
-    if fixed_length is None and seed_row_s is not None:  # the draft's step is measured now: price at the seed's size
+    def pair(window: Optional[int]):
+        gen = AnyPairGenerator(target or DEFAULT_TARGET, draft or DEFAULT_DRAFT, drafter=drafter, draft_length=recorder,
+                               threads=threads, skip_losing_drafts=False, draft_window=window)
+        gen.generate(prompts[0], max_new_tokens=8)  # warm-up: allocations and kernel choices
+        return gen
+
+    gen = pair(draft_window)
+    if seed_row_s is not None:  # the draft's step is measured now: price at the seed's size
         if gen.draft_step_seconds is None:
-            raise RuntimeError("replay: the warm-up request did not time a draft step; the policy cannot be priced "
+            raise RuntimeError("replay: the warm-up request did not time a draft step; the rounds cannot be priced "
                                "at the seed's size (try --replay-lengths policy-1.5b)")
         costs = seed_priced_costs(seed_row_s, gen.draft_step_seconds)
-        recorder.inner = AdaptiveLength(fixed_costs=costs)  # its row price reaches the hybrid's lookup too
+        window = draft_prompt_window(costs.draft_step)
+        if draft_window is None and window != gen.draft_window:  # the prompt it would read beside the seed target
+            del gen
+            gc.collect()
+            gen = pair(window)
+        if fixed_length is None:
+            recorder.inner = AdaptiveLength(fixed_costs=costs)  # its row price reaches the hybrid's lookup too
         if progress:
-            print(f"  the policy priced beside the seed target: a draft step {costs.draft_step:.3f} of its step, "
-                  f"each extra row {costs.verify_slope:.3f}", file=sys.stderr, flush=True)
+            print(f"  priced beside the seed target: a draft step {costs.draft_step:.3f} of its step, each extra "
+                  f"row {costs.verify_slope:.3f}; the draft reads {gen.draft_window or 'all'} prompt tokens",
+                  file=sys.stderr, flush=True)
     recorded = []
     for i, prompt in enumerate(prompts):
         alone = gen.generate(prompt, max_new_tokens=max_new_tokens, assisted=False).stats
@@ -231,8 +243,9 @@ def replay(shape, prompts: Sequence[str], *, max_new_tokens: int = 128, threads:
            progress: bool = True, recorded: Optional[list[RecordedPrompt]] = None,
            fixed_length: Optional[int] = None, priced_at_size: bool = True, drafter: str = "model") -> dict:
     """Record (unless given), then replay on the seed-shaped file of `shape` (a SeedShape or its name).
-    `priced_at_size` (the shipped policy's rounds only): the policy prices rounds at the seed target's
-    measured costs, timed on the loaded file before recording (False: at the 1.5B target's)."""
+    `priced_at_size`: the seed target's forwards are timed on the loaded file before recording; the
+    shipped policy prices its rounds with them and, under every rule, the draft reads the prompt it would
+    read beside that target (False: the 1.5B target's costs and window)."""
     import numpy as np
     import torch
 
@@ -251,7 +264,7 @@ def replay(shape, prompts: Sequence[str], *, max_new_tokens: int = 128, threads:
     longest = max(longest, 512)
     ids = [int(i) for i in np.random.default_rng(0).integers(0, shape.vocab, size=longest)]
     target = QuantizedGGUFBackend(path, name=shape.name, threads=threads, context=longest)
-    priced = recorded is None and fixed_length is None and priced_at_size
+    priced = recorded is None and priced_at_size
     label = fixed_length if fixed_length is not None else "recorded" if recorded is not None else \
         "policy" if priced else "policy-1.5b"
     if recorded is None:
@@ -264,9 +277,9 @@ def replay(shape, prompts: Sequence[str], *, max_new_tokens: int = 128, threads:
             passes = [verification_costs(target, ids[:min(max(typical, 100), longest - 16)],
                                          ks=(1, 2, 3, 4, 5, 6, 8, 9, 12, 13), repeats=3) for _ in range(2)]
             row_s = {rows: min(p[rows] for p in passes) / 1000 for rows in passes[0]}
-        how = ("the shipped policy priced at the seed target's costs" if priced else
-               "the shipped policy priced at the 1.5B target's costs" if fixed_length is None else
-               f"a constant {fixed_length}-step draft")
+        how = (f"a constant {fixed_length}-step draft" if fixed_length is not None else
+               "the shipped policy priced at the seed target's costs" if priced else
+               "the shipped policy priced at the 1.5B target's costs")
         say(f"recording {len(prompts)} prompts on the real default pair, {how}")
         recorded = record(prompts, max_new_tokens, threads, progress, drafter=drafter, fixed_length=fixed_length,
                           seed_row_s=row_s)
