@@ -38,8 +38,11 @@ verification). A token is worth the time a token takes at the rate the request's
 commit them (`TokenRate`): what is maximised is tokens per second, and a token that adds p expected
 tokens for a cost c raises that rate only where p / c beats it. Valued at a whole target step (the
 time saved against the target alone), tokens were overpriced by the speedup itself: beside a 9B
-target, where rounds commit ~2 tokens a step, the policy drafted rounds of 9 rows on average and
-took 1.04x the time a token of a constant 6-step draft took (replayed, same prompts). Acceptance per
+target, where rounds commit ~2 tokens a step, rounds ran longer than paid. Priced at gemma-2-9b's
+shape with one measured curve of its forwards (`evaluation/price_lengths.py`, 10 HumanEval prompts,
+2 Zen 5 cores), valued at a step: rounds of 7.4-7.6 rows, 46.9 and 50.2 ms a token with two curves
+of the machine; valued at the rate: 6.2-6.4 rows, 46.2 and 47.1 (constant 6-step drafts 47.9 and
+52.1); on the real default pair 0.97x the time a token, every output the same. Acceptance per
 round is far from geometric (boilerplate runs, then hard spots) and the draft's own confidence tells
 the two apart, where one averaged acceptance rate cannot.
 
