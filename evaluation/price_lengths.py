@@ -28,6 +28,14 @@ from contextlib import contextmanager
 CURVE_ROWS = 18
 
 
+def seed_size(shape_name: str) -> tuple[int, int]:
+    """The seed target's weight bytes (its tensors') and layers: the draft's window beside it."""
+    from anypair.zoo.seed_shapes import file_size, resolve_shape
+
+    shape = resolve_shape(shape_name)
+    return file_size(shape), shape.layers
+
+
 def measure_curve(shape_name: str, threads: int) -> dict[int, float]:
     """The seed target's forward by rows after a 150-token prompt, ms: two passes, each count's smaller."""
     import numpy as np
@@ -67,7 +75,7 @@ def tokens_valued_at_one_step():
 
 
 def priced_rule(rule: str, curve: dict[int, float], prompts, threads: int, drafter: str = "model",
-                draft_window=None) -> dict:
+                draft_window=None, seed_size=None) -> dict:
     """One rule's rounds recorded on the real pair and priced with `curve`."""
     from anypair.benchmarking.replay import record
 
@@ -75,7 +83,7 @@ def priced_rule(rule: str, curve: dict[int, float], prompts, threads: int, draft
     row_s = {k: ms / 1000 for k, ms in curve.items() if k <= 13}
     with (tokens_valued_at_one_step() if rule == "policy-step-value" else _nothing()):
         recorded = record(prompts, 128, threads, progress=False, fixed_length=fixed, drafter=drafter,
-                          seed_row_s=row_s, draft_window=draft_window)
+                          seed_row_s=row_s, seed_size=seed_size, draft_window=draft_window)
     rows = []
     for p in recorded:
         verify_ms = sum(price(curve, r) for r, _ in p.rounds)
@@ -120,7 +128,7 @@ def main(argv=None) -> int:
     print("| rule | ms a token (all prompts) | median of prompts | rows a round | tokens a round | draft share |")
     print("|---|---|---|---|---|---|")
     for rule in args.rules.split(","):
-        r = priced_rule(rule.strip(), curve, prompts, args.threads, args.drafter, args.draft_window)
+        r = priced_rule(rule.strip(), curve, prompts, args.threads, args.drafter, args.draft_window, seed_size(args.shape))
         results.append(r)
         print(f"| {r['rule']} | {r['ms_per_token']:.1f} | {r['median_ms_per_token']:.1f} | {r['rows_per_round']:.2f} | "
               f"{r['tokens_per_round']:.2f} | {100 * r['draft_share']:.0f}% |", flush=True)

@@ -110,17 +110,19 @@ def seed_priced_costs(row_seconds: dict[int, float], draft_step_s: float):
 def record(prompts: Sequence[str], max_new_tokens: int, threads: int, progress: bool = True,
            target: Optional[str] = None, draft: Optional[str] = None, drafter: str = "model",
            fixed_length: Optional[int] = None, seed_row_s: Optional[dict[int, float]] = None,
-           draft_window: Optional[int] = None) -> list[RecordedPrompt]:
+           seed_size: Optional[tuple[int, int]] = None, draft_window: Optional[int] = None) -> list[RecordedPrompt]:
     """Each prompt through the real pair (default: the default pair) with the shipped policy, or a
     constant `fixed_length` draft steps a round (what a longer draft would have had accepted, for the
     sweep at a size where drafting is cheap), and its target alone for the real speedup. `seed_row_s`
     (a seed target's forwards by rows, seconds): the policy prices rounds at that target's
-    costs (`seed_priced_costs`) instead of the 1.5B target's, and under every rule the draft reads the
-    prompt it would read beside that target (`policies.draft_prompt_window` of its measured step there).
-    `drafter`: `drafters.DRAFTERS`' name ('hybrid': the same draft model with the prompt's own n-grams
-    proposed where they match). `draft_window`: the prompt tokens the draft reads (None: as above)."""
+    costs (`seed_priced_costs`) instead of the 1.5B target's. `seed_size` (the seed target's weight bytes
+    and layers on the gguf engine): the draft reads the prompt the generator would have it read beside
+    that target (`policies.draft_prompt_window` of the estimated step, as `AnyPairGenerator.draft_window`
+    computes it), whatever the rule. `drafter`: `drafters.DRAFTERS`' name ('hybrid': the same draft model
+    with the prompt's own n-grams proposed where they match). `draft_window`: the prompt tokens the draft
+    reads (None: as above, or the generator's default)."""
     from anypair.generation.generator import AnyPairGenerator
-    from anypair.policies import AdaptiveLength, draft_prompt_window, make_policy
+    from anypair.policies import AdaptiveLength, draft_prompt_window, estimated_step_costs, make_policy
     from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
     recorder = _Priced(make_policy("adaptive") if fixed_length is None else make_policy("constant", fixed_length))
@@ -133,22 +135,24 @@ def record(prompts: Sequence[str], max_new_tokens: int, threads: int, progress: 
         return gen
 
     gen = pair(draft_window)
-    if seed_row_s is not None:  # the draft's step is measured now: price at the seed's size
-        if gen.draft_step_seconds is None:
-            raise RuntimeError("replay: the warm-up request did not time a draft step; the rounds cannot be priced "
-                               "at the seed's size (try --replay-lengths policy-1.5b)")
-        costs = seed_priced_costs(seed_row_s, gen.draft_step_seconds)
-        window = draft_prompt_window(costs.draft_step)
-        if draft_window is None and window != gen.draft_window:  # the prompt it would read beside the seed target
+    if seed_size is not None and draft_window is None:  # the prompt the draft would read beside the seed target
+        estimate = estimated_step_costs(seed_size[0] // 4, seed_size[1], gen.draft.weights_bytes // 4,
+                                        gen.draft.num_layers, 0.0, "gguf", gen.draft.engine.engine)
+        if draft_prompt_window(estimate.draft_step) != gen.draft_window:
             del gen
             gc.collect()
-            gen = pair(window)
-        if fixed_length is None:
-            recorder.inner = AdaptiveLength(fixed_costs=costs)  # its row price reaches the hybrid's lookup too
+            gen = pair(draft_prompt_window(estimate.draft_step))
+    if fixed_length is None and seed_row_s is not None:  # the draft's step is measured now: price at the seed's size
+        if gen.draft_step_seconds is None:
+            raise RuntimeError("replay: the warm-up request did not time a draft step; the policy cannot be priced "
+                               "at the seed's size (try --replay-lengths policy-1.5b)")
+        costs = seed_priced_costs(seed_row_s, gen.draft_step_seconds)
+        recorder.inner = AdaptiveLength(fixed_costs=costs)  # its row price reaches the hybrid's lookup too
         if progress:
-            print(f"  priced beside the seed target: a draft step {costs.draft_step:.3f} of its step, each extra "
-                  f"row {costs.verify_slope:.3f}; the draft reads {gen.draft_window or 'all'} prompt tokens",
-                  file=sys.stderr, flush=True)
+            print(f"  the policy priced beside the seed target: a draft step {costs.draft_step:.3f} of its step, "
+                  f"each extra row {costs.verify_slope:.3f}", file=sys.stderr, flush=True)
+    if progress:
+        print(f"  the draft reads {gen.draft_window or 'all'} of its prompt's last tokens", file=sys.stderr, flush=True)
     recorded = []
     for i, prompt in enumerate(prompts):
         alone = gen.generate(prompt, max_new_tokens=max_new_tokens, assisted=False).stats
@@ -243,9 +247,9 @@ def replay(shape, prompts: Sequence[str], *, max_new_tokens: int = 128, threads:
            progress: bool = True, recorded: Optional[list[RecordedPrompt]] = None,
            fixed_length: Optional[int] = None, priced_at_size: bool = True, drafter: str = "model") -> dict:
     """Record (unless given), then replay on the seed-shaped file of `shape` (a SeedShape or its name).
-    `priced_at_size`: the seed target's forwards are timed on the loaded file before recording; the
-    shipped policy prices its rounds with them and, under every rule, the draft reads the prompt it would
-    read beside that target (False: the 1.5B target's costs and window)."""
+    `priced_at_size`: the shipped policy prices its rounds with the seed target's forwards, timed on the
+    loaded file before recording, and under every rule the draft reads the prompt it would read beside
+    that target (False: the 1.5B target's costs and window)."""
     import numpy as np
     import torch
 
@@ -264,7 +268,7 @@ def replay(shape, prompts: Sequence[str], *, max_new_tokens: int = 128, threads:
     longest = max(longest, 512)
     ids = [int(i) for i in np.random.default_rng(0).integers(0, shape.vocab, size=longest)]
     target = QuantizedGGUFBackend(path, name=shape.name, threads=threads, context=longest)
-    priced = recorded is None and priced_at_size
+    priced = recorded is None and fixed_length is None and priced_at_size
     label = fixed_length if fixed_length is not None else "recorded" if recorded is not None else \
         "policy" if priced else "policy-1.5b"
     if recorded is None:
@@ -282,7 +286,8 @@ def replay(shape, prompts: Sequence[str], *, max_new_tokens: int = 128, threads:
                "the shipped policy priced at the 1.5B target's costs")
         say(f"recording {len(prompts)} prompts on the real default pair, {how}")
         recorded = record(prompts, max_new_tokens, threads, progress, drafter=drafter, fixed_length=fixed_length,
-                          seed_row_s=row_s)
+                          seed_row_s=row_s, seed_size=(target.weights_bytes, target.num_layers) if priced_at_size
+                          else None)
     replayed = _replay_rounds(target, recorded, ids, say, path.name)
     del target  # before llama.cpp loads the same file
     gc.collect()
