@@ -380,10 +380,9 @@ def test_the_draft_prompt_window_follows_the_drafts_cost():
     gemma = estimated_step_costs(target_params, 28, 253_113_024 // 4, 18, 0.25, "gguf", "llama.cpp")
     qwen05 = estimated_step_costs(target_params, 28, 485_983_232 // 4, 24, 0.25, "gguf", "gguf")
     windows = [draft_prompt_window(c.draft_step) for c in (smollm2, gemma, qwen05)]
-    assert windows == [256, 128, 96]
-    assert draft_prompt_window(0.05) == 256  # the measured 256 down to a twentieth of a step
-    # beside a 9B target (SmolLM2 at ~0.022 of its step) the read is cheap: more of the prompt pays
-    assert draft_prompt_window(0.022) == 576 and draft_prompt_window(0.01) == 1280
+    assert windows == [640, 128, 96]
+    assert draft_prompt_window(0.15) == 640 and draft_prompt_window(0.16) == 256  # the two measured regimes
+    assert draft_prompt_window(0.02) == 640  # beside a 9B target: bounded, where more did not pay
     assert draft_prompt_window(5.0) == 64   # a draft dearer than its target still reads some context
     assert all(draft_prompt_window(step / 100) % 32 == 0 for step in range(1, 300))
     with pytest.raises(ValueError):

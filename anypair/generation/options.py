@@ -30,7 +30,7 @@ from anypair.types import MAX_TOP_LOGPROBS, SamplingConfig
 from anypair.verifiers.constraints import Grammar
 
 #: draft tokens of the prompt the draft model reads (its last ones; 0: all; None: by the draft's
-#: estimated cost, policies.draft_prompt_window: 256 for SmolLM2-135M). See drafters.model.
+#: estimated cost, policies.draft_prompt_window: 640 for SmolLM2-135M). See drafters.model.
 DEFAULT_DRAFT_WINDOW: Optional[int] = None
 
 #: a name of `drafters.DRAFTERS`, or "none" (the target alone) or "given" (the options' Drafter instance)

@@ -94,29 +94,32 @@ def estimated_step_costs(target_params: int, target_layers: int, draft_params: i
     return StepCosts(draft_step=draft / target, verify_slope=multi_token_slope)
 
 
-#: the draft prompt window for a draft whose step costs CHEAP_DRAFT_STEP to REFERENCE_DRAFT_STEP target steps
-FULL_DRAFT_WINDOW = 256
+#: the draft prompt window for a draft whose step costs at most REFERENCE_DRAFT_STEP target steps
+FULL_DRAFT_WINDOW = 640
 REFERENCE_DRAFT_STEP = 0.15
-#: below this a draft's read is cheap beside its target's steps: the window grows as the step shrinks
-CHEAP_DRAFT_STEP = 0.05
+#: a dearer draft's window at REFERENCE_DRAFT_STEP, shrinking in proportion above it
+DEAR_DRAFT_WINDOW = 256
 MIN_DRAFT_WINDOW = 64
 
 
 def draft_prompt_window(draft_step: float) -> int:
     """How many of its prompt's last tokens a draft reads, from its estimated step cost (in target
-    steps, `estimated_step_costs`): 256 for a draft of up to 0.15 of a target step, fewer in
-    proportion for a dearer draft (the same read budget: about 6 target steps), in multiples of 32,
-    at least 64. The read is paid on every request before any round; measured on 8 HumanEval and
-    8 QMSum prompts with Qwen2.5-Coder-0.5B drafting for the 1.5B (estimated 0.44 of a step, ~1.9 ms
-    a prompt token): median speedup windows 64/128/256: HumanEval 1.01/1.04/1.00x, QMSum
-    0.97/0.97/0.94x; SmolLM2-135M (0.11) keeps 256, chosen over 512 and all on CNN/DailyMail and QMSum.
-    A draft cheaper than CHEAP_DRAFT_STEP reads more in proportion (the same read, in target steps, as
-    at that cost): beside gemma-2-9b's shape (SmolLM2 at ~0.022 of a step: 576 tokens) the whole
-    summary prompt raised the tokens a round from 2.63 to 3.07 (512 tokens: 2.93) and cut the time a
-    token by 4% (10 CNN/DailyMail prompts, priced with one measured curve, evaluation/price_lengths.py)."""
+    steps, `estimated_step_costs`): 640 for a draft of up to 0.15 of a target step; above it 256 at
+    0.15 and fewer in proportion (the same read budget: about 6 target steps), in multiples of 32, at
+    least 64. The read is paid on every request before any round.
+    Dearer drafts, measured on 8 HumanEval and 8 QMSum prompts with Qwen2.5-Coder-0.5B drafting for the
+    1.5B (estimated 0.44 of a step, ~1.9 ms a prompt token): median speedup windows 64/128/256: HumanEval
+    1.01/1.04/1.00x, QMSum 0.97/0.97/0.94x (96 now). SmolLM2-135M beside the 1.5B target (0.11), the
+    default pair alternating per prompt on 10 CNN/DailyMail prompts (`window_ab_default_pair_zen5.md`):
+    640 / 1,024 / all took 0.87x / 0.93x / 0.92x the time a token of 256 (the window before, chosen when
+    the draft's step cost three times what it costs now), every output the same; beside gemma-2-9b's
+    shape (0.02), priced with one curve, 512 and all beat 256 by 4% and tie (`price_lengths.py`). 640
+    bounds the read on long prompts where more did not pay."""
     if not draft_step > 0:
         raise ValueError(f"draft_step must be > 0 target steps, got {draft_step}")
-    tokens = FULL_DRAFT_WINDOW * min(1.0, REFERENCE_DRAFT_STEP / draft_step) * max(1.0, CHEAP_DRAFT_STEP / draft_step)
+    if draft_step <= REFERENCE_DRAFT_STEP:
+        return FULL_DRAFT_WINDOW
+    tokens = DEAR_DRAFT_WINDOW * REFERENCE_DRAFT_STEP / draft_step
     return max(MIN_DRAFT_WINDOW, 32 * round(tokens / 32))
 
 
