@@ -22,7 +22,7 @@ import argparse
 import json
 import statistics
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 #: the seed's forwards measured: 1 to this many rows (the policy's cap is 12 tokens, trees add rows)
 CURVE_ROWS = 18
@@ -37,28 +37,29 @@ def seed_size(shape_name: str) -> tuple[int, int]:
 
 
 def measure_curve(shape_name: str, threads: int) -> dict[int, float]:
-    """The seed target's forward by rows after a 150-token prompt, ms: two passes, each count's smaller."""
+    """The seed target's forward by rows after a 150-token prompt, ms (`replay.seed_curve`)."""
     import numpy as np
 
     from anypair.backends.quantized_gguf import QuantizedGGUFBackend
-    from anypair.benchmarking.costs import verification_costs
+    from anypair.benchmarking.replay import seed_curve
     from anypair.zoo.seed_shapes import resolve_shape
     from anypair.zoo.seed_writer import seed_gguf
 
     shape = resolve_shape(shape_name)
     ids = [int(i) for i in np.random.default_rng(0).integers(0, shape.vocab, size=600)]
     target = QuantizedGGUFBackend(seed_gguf(shape), name=shape.name, threads=threads, context=600)
-    ks = tuple(range(1, CURVE_ROWS + 1))
-    passes = [verification_costs(target, ids[:150], ks=ks, repeats=3) for _ in range(2)]
-    return {k: min(p[k] for p in passes) for k in ks}
+    return seed_curve(target, ids[:150], tuple(range(1, CURVE_ROWS + 1)))
 
 
-def price(curve: dict[int, float], rows: int) -> float:
-    """ms of a forward of `rows` rows: measured, or past the last count its last segment's rows."""
-    if rows in curve:
-        return curve[rows]
-    last, before = max(curve), max(curve) - 1
-    return curve[last] + (rows - last) * (curve[last] - curve[before])
+def curve_costs(curve: dict[int, float]):
+    """The curve as the policies draw one (`EngineCosts`: lines between counts, past the last count its
+    last segment's rows): `.seconds(rows)` gives ms here."""
+    from anypair.policies.costs import EngineCosts
+
+    costs = EngineCosts(smoothing=1.0)
+    for rows, ms in curve.items():
+        costs.observe(rows, ms)
+    return costs
 
 
 @contextmanager
@@ -81,12 +82,12 @@ def priced_rule(rule: str, curve: dict[int, float], prompts, threads: int, draft
 
     fixed = None if rule.startswith("policy") else int(rule)
     row_s = {k: ms / 1000 for k, ms in curve.items() if k <= 13}
-    with (tokens_valued_at_one_step() if rule == "policy-step-value" else _nothing()):
+    with (tokens_valued_at_one_step() if rule == "policy-step-value" else nullcontext()):
         recorded = record(prompts, 128, threads, progress=False, fixed_length=fixed, drafter=drafter,
                           seed_row_s=row_s, seed_size=seed_size, draft_window=draft_window)
-    rows = []
+    costs, rows = curve_costs(curve), []
     for p in recorded:
-        verify_ms = sum(price(curve, r) for r, _ in p.rounds)
+        verify_ms = sum(costs.seconds(r) for r, _ in p.rounds)
         rows.append({"new_tokens": p.new_tokens, "rounds": len(p.rounds), "rows": sum(r for r, _ in p.rounds),
                      "accepted": sum(a for _, a in p.rounds), "verify_ms": verify_ms, "draft_ms": 1000 * p.draft_s,
                      "ms_per_token": (verify_ms + 1000 * p.draft_s) / p.new_tokens})
@@ -97,11 +98,6 @@ def priced_rule(rule: str, curve: dict[int, float], prompts, threads: int, draft
             "rows_per_round": sum(r["rows"] for r in rows) / rounds,
             "tokens_per_round": sum(r["new_tokens"] for r in rows) / rounds,
             "draft_share": sum(r["draft_ms"] for r in rows) / total}
-
-
-@contextmanager
-def _nothing():
-    yield
 
 
 def main(argv=None) -> int:

@@ -107,6 +107,17 @@ def seed_priced_costs(row_seconds: dict[int, float], draft_step_s: float):
                      verify_rows=tuple((rows, seconds / one) for rows, seconds in sorted(row_seconds.items())))
 
 
+def seed_curve(target, prompt_ids: Sequence[int], ks: Sequence[int]) -> dict[int, float]:
+    """The seed target's forward of each of `ks` rows after `prompt_ids`, ms: two passes, each count's smaller
+    median kept. A pass right after the load can be slowed for a while (gemma-2-9b's shape on the AVX2 machine
+    priced a row at 0.087 of a step where the same file measured 0.19 minutes later, and the policy drafted
+    rounds of 5-12 rows for ~1 kept token)."""
+    from anypair.benchmarking.costs import verification_costs
+
+    passes = [verification_costs(target, prompt_ids, ks=ks, repeats=3) for _ in range(2)]
+    return {k: min(p[k] for p in passes) for k in ks}
+
+
 def record(prompts: Sequence[str], max_new_tokens: int, threads: int, progress: bool = True,
            target: Optional[str] = None, draft: Optional[str] = None, drafter: str = "model",
            fixed_length: Optional[int] = None, seed_row_s: Optional[dict[int, float]] = None,
@@ -254,7 +265,6 @@ def replay(shape, prompts: Sequence[str], *, max_new_tokens: int = 128, threads:
     import torch
 
     from anypair.backends.quantized_gguf import QuantizedGGUFBackend
-    from anypair.benchmarking.costs import verification_costs
     from anypair.zoo.seed_shapes import resolve_shape
     from anypair.zoo.seed_writer import seed_gguf
 
@@ -275,12 +285,8 @@ def replay(shape, prompts: Sequence[str], *, max_new_tokens: int = 128, threads:
         row_s = None
         if priced:  # the seed target's forwards of 1-13 rows (a 12-token cap) after a prompt of a typical length
             typical = int(statistics.median(len(p) for p in prompts)) // 4  # about a prompt's tokens
-            # two passes, each k's smaller median kept: a pass right after the load can be slowed for a
-            # while (gemma-2-9b's shape on the AVX2 machine priced a row at 0.087 of a step where the same
-            # file measured 0.19 minutes later, and the policy drafted rounds of 5-12 rows for ~1 kept token)
-            passes = [verification_costs(target, ids[:min(max(typical, 100), longest - 16)],
-                                         ks=(1, 2, 3, 4, 5, 6, 8, 9, 12, 13), repeats=3) for _ in range(2)]
-            row_s = {rows: min(p[rows] for p in passes) / 1000 for rows in passes[0]}
+            curve = seed_curve(target, ids[:min(max(typical, 100), longest - 16)], (1, 2, 3, 4, 5, 6, 8, 9, 12, 13))
+            row_s = {rows: ms / 1000 for rows, ms in curve.items()}
         how = (f"a constant {fixed_length}-step draft" if fixed_length is not None else
                "the shipped policy priced at the seed target's costs" if priced else
                "the shipped policy priced at the 1.5B target's costs")
