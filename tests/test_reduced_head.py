@@ -74,3 +74,51 @@ def test_greedy_output_with_the_reduced_draft_head_is_the_targets_own(zoo_fetch,
         alone = gen.generate(prompt, max_new_tokens=24, assisted=False)
         assert drafted.target_ids == alone.target_ids
         assert drafted.stats.draft_tokens_proposed > 0
+
+
+def test_a_sequence_keeps_its_own_tokens_bitwise_beside_the_shared_rows(zoo_fetch):
+    """Slot by slot: a sequence's own tokens (its request's) are scored with the full head's bits, in
+    one forward beside a sequence without them; replacing or dropping them takes effect at once."""
+    from anypair.backends.base import SequenceRows
+
+    backend = _smol(zoo_fetch)
+    ids = [random.Random(2).randrange(backend.vocab_size) for _ in range(24)]
+    full = backend.extend(ids, all_logits=True).clone()
+    shared = sorted(random.Random(3).sample(range(backend.vocab_size), 2000))
+    own = sorted(set(random.Random(4).sample(range(backend.vocab_size), 37)) - set(shared))  # not 16 rows
+    backend.restrict_head(shared)
+    backend.set_slots(2)
+    backend.sequence(0).keep_head_tokens(own)
+    for slot in (0, 1):
+        backend.forward_rows([SequenceRows(slot, ids[:-3], "none")])
+    both = backend.forward_rows([SequenceRows(0, ids[-3:], "all"), SequenceRows(1, ids[-3:], "last")])
+    assert torch.equal(both[0][:, shared + own], full[-3:, shared + own])
+    assert torch.equal(both[1][shared], full[-1, shared])
+    assert bool((both[1][own] == float("-inf")).all())  # slot 1 keeps the shared rows only
+    others = torch.ones(backend.vocab_size, dtype=torch.bool)
+    others[shared + own] = False
+    assert bool((both[0][:, others] == float("-inf")).all())
+    backend.sequence(0).keep_head_tokens([])  # dropped: the shared rows only
+    backend.crop_slot(0, len(ids) - 1)
+    alone = backend.forward_rows([SequenceRows(0, ids[-1:], "last")])[0]
+    assert torch.equal(alone[shared], full[-1, shared]) and bool((alone[own] == float("-inf")).all())
+
+
+def test_the_drafter_keeps_its_requests_prompt_and_committed_tokens(zoo_fetch):
+    """The default draft's head: the shared rows and, for the request, every draft token of its prompt
+    and of what was committed; a new request starts from its own prompt."""
+    from anypair.generation.generator import AnyPairGenerator
+
+    gen = AnyPairGenerator(QWEN05, SMOL, threads=2, engine="gguf", draft_engine="gguf")
+    head = gen.draft.backend.reduced_head
+    assert head is not None and len(head.ids) == 8192  # the default, SmolLM2's vocabulary has a table
+    prompt = "def frobnicate_quuxifier(zyzzyva_count):"
+    out = gen.generate(prompt, max_new_tokens=24)
+    own = head._own[0][0].tolist()
+    prompt_ids = set(gen.draft.hf_tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    shared = set(head.ids.tolist())
+    assert prompt_ids - shared and (prompt_ids - shared) <= set(own)
+    drafter = gen._greedy_drafters[0]  # the request's drafter (greedy: kept per slot)
+    assert out.stats.draft_tokens_accepted > 0 and set(drafter._context_ids) <= shared | set(own)
+    gen.generate("Name a colour.", max_new_tokens=4)
+    assert not (prompt_ids - shared) & set(head._own.get(0, (torch.tensor([]),))[0].tolist())

@@ -136,6 +136,10 @@ class ModelBackend(ABC):
         child after another) as the positions after those cached before it, and drop the rest."""
         raise InputError(f"{self.name} scores chains only, not trees of rows: use the gguf engine")
 
+    def keep_head_tokens_slot(self, slot: int, ids: Sequence[int]) -> None:
+        """Slot `slot`'s logits score `ids` whatever else the head leaves out (a draft's reduced head,
+        backends/reduced_head.py); replaces what the slot kept before. A full head scores every token."""
+
     def extend_slot(self, slot: int, ids: Sequence[int], all_logits: bool) -> torch.Tensor:
         """A forward of slot `slot`'s rows alone (a long prompt chunked as the engine chunks it)."""
         return self.extend(ids, all_logits=all_logits)
@@ -186,6 +190,11 @@ class Slot:
     def keep_path(self, rows: Sequence[int]) -> None:
         """After a tree forward: keep its rows `rows` (root first) as this sequence's next positions."""
         self.engine.keep_path_slot(self.index, rows)
+
+    def keep_head_tokens(self, ids: Sequence[int]) -> None:
+        """This sequence's logits score `ids` (its request's own tokens) even where the engine's head
+        is reduced to the most frequent tokens; replaces what it kept before."""
+        self.engine.keep_head_tokens_slot(self.index, ids)
 
     def extend(self, ids: Sequence[int], all_logits: bool = False) -> torch.Tensor:
         return self.engine.extend_slot(self.index, ids, all_logits)

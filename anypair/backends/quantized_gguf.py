@@ -365,6 +365,11 @@ class QuantizedGGUFBackend(ModelBackend):
             return
         self.reduced_head = ReducedHead(self.head.weights[0], token_ids, self.vocab_size)
 
+    def keep_head_tokens_slot(self, slot: int, ids: Sequence[int]) -> None:
+        if self.reduced_head is not None:  # a full head scores every token already
+            self._check_slot(slot)
+            self.reduced_head.keep_tokens(slot, ids)
+
     @property
     def head_bytes(self) -> int:
         """Bytes a step's head reads (the kept rows only while restricted)."""
@@ -410,6 +415,8 @@ class QuantizedGGUFBackend(ModelBackend):
         for the context it uses; `kv_bytes_per_slot` is its most."""
         if slots < 1:
             raise InputError(f"{self.name}: slots must be at least 1, got {slots}")
+        if self.reduced_head is not None:
+            self.reduced_head.forget()
         if slots == self._slots:
             self._lengths = [0] * slots
             self._trees = {}
@@ -487,7 +494,7 @@ class QuantizedGGUFBackend(ModelBackend):
         to its own slot's cache: per call the logits it asks for ([len(ids), V] "all", [V] "last", or
         None), bitwise those it gets alone. The caller chunks long prompts (PREFILL_CHUNK rows a
         call bounds the activations' memory)."""
-        from anypair.kernels import dequant_rows, rmsnorm, softcap
+        from anypair.kernels import dequant_rows
 
         if len({c.slot for c in calls}) != len(calls):
             raise ValueError("forward_rows: one call per slot (a sequence's rows go together, in order)")
@@ -504,28 +511,23 @@ class QuantizedGGUFBackend(ModelBackend):
         x = self.stack.forward_seqs(rows, [(len(c.ids), self._lengths[c.slot], c.slot) for c in calls], self.threads,
                                     parents=parents, tree_kv=tree_kv)
         picked: list[int] = []  # the rows whose logits are asked for, in call order
+        picked_slots: list[int] = []  # and each one's sequence
         row = 0
         for c in calls:
             self._trees.pop(c.slot, None)
             if c.parents is not None:
                 self._trees[c.slot] = ScoredTree(self._lengths[c.slot], list(c.parents), tree_kv[:, row:row + len(c.ids)])
             self._lengths[c.slot] += len(c.ids) if c.parents is None else max(depths(c.parents)) + 1
-            picked += range(row, row + len(c.ids)) if c.logits == "all" else [row + len(c.ids) - 1] \
+            asked = range(row, row + len(c.ids)) if c.logits == "all" else [row + len(c.ids) - 1] \
                 if c.logits == "last" else []
+            picked += asked
+            picked_slots += [c.slot] * len(asked)
             row += len(c.ids)
         if not picked:  # prefill chunks before the last: only the caches matter
             return [None] * len(calls)
         t0 = time.perf_counter() if profile is not None else 0.0
         chosen = x if len(picked) == x.shape[0] else x[torch.tensor(picked)]
-        normed = rmsnorm(chosen.contiguous(), self.output_norm, self.shape.rms_eps)
-        # elementwise: each row's bits whatever rows share the call
-        cap = (lambda t: softcap(t, self.shape.final_softcap)) if self.shape.final_softcap else None
-        if self.reduced_head is not None:
-            logits = self.reduced_head.logits(normed, self.threads, cap)
-        else:
-            logits = self.head(normed, self.threads)[0]
-            if cap is not None:
-                cap(logits)
+        logits = self._head_logits(chosen, picked_slots)
         if profile is not None:
             profile["head"] += time.perf_counter() - t0
         outputs: list[Optional[torch.Tensor]] = []
@@ -540,6 +542,21 @@ class QuantizedGGUFBackend(ModelBackend):
             else:
                 outputs.append(None)
         return outputs
+
+    def _head_logits(self, rows: torch.Tensor, row_slots: list[int]) -> torch.Tensor:
+        """The final norm and the head on `rows` ([M, hidden]; each one's sequence in `row_slots`):
+        [M, vocab] logits, over the kept rows only while the head is reduced."""
+        from anypair.kernels import rmsnorm, softcap
+
+        normed = rmsnorm(rows.contiguous(), self.output_norm, self.shape.rms_eps)
+        # elementwise: each row's bits whatever rows share the call
+        cap = (lambda t: softcap(t, self.shape.final_softcap)) if self.shape.final_softcap else None
+        if self.reduced_head is not None:
+            return self.reduced_head.logits(normed, self.threads, cap, row_slots)
+        logits = self.head(normed, self.threads)[0]
+        if cap is not None:
+            cap(logits)
+        return logits
 
     def _tree_rows(self, calls: Sequence[SequenceRows]) -> tuple[Optional[list[int]], Optional[torch.Tensor]]:
         """Every row's parent (an index into the whole forward's rows) and a tensor for the rows' keys

@@ -13,7 +13,13 @@ the kernels compute each row in its own lane with the same arithmetic (tests che
 
 Which tokens: the most frequent ones of the draft's tokenizer on code and prose
 (`evaluation/draft_vocab.py` counts them and writes `data/draft_vocab/<vocab key>.npy`, the ids by
-falling frequency). A draft whose vocabulary has no table keeps its full head.
+falling frequency), shared by every sequence, and each sequence's own: the tokens of its request's
+prompt and of the text committed since (`keep_tokens`, called by the drafter), a few hundred rows of
+their own. The frequent tokens alone lose what a request writes most and a general table ranks low,
+its identifiers and names: 8,192 of them accepted 8% fewer tokens than the full head on HumanEval and
+34% fewer on news summaries (default pair); with the request's own tokens beside them as many as the
+full head and 8% more (`evaluation/measured/draft_head_own_tokens_*.md`). A draft whose vocabulary has
+no table keeps its full head.
 """
 from __future__ import annotations
 
@@ -29,12 +35,12 @@ import torch
 
 #: the ranked-id tables, one per draft vocabulary (file name: `vocab_key`)
 TABLES = Path(__file__).parent / "data" / "draft_vocab"
-#: the draft head's default size where a table exists; None: the full head. Measured on an Intel Xeon
-#: (2 vCPUs, default pair, 10 HumanEval prompts, constant 4-token drafts, interleaved per prompt): the
-#: full head 1.35x the target alone (median), 16,384 rows 1.32x (draft time -12%, accepted tokens
-#: -2%), 8,192 rows 1.31x (accepted -7%, one prompt 0.40x): it does not pay there, so it is opt-in
-#: (README, "The draft at its floor").
-DEFAULT_DRAFT_HEAD_ROWS: Optional[int] = None
+#: the draft head's shared rows where a table exists (None: the full head); each sequence keeps its own
+#: tokens beside them. The frequent tokens alone did not pay (Intel Xeon, 2 vCPUs, default pair, 10
+#: HumanEval prompts, constant 4-token drafts: 16,384 rows 1.32x the target alone against the full
+#: head's 1.35x, 8,192 rows 1.31x with 7% fewer tokens accepted); with the request's own tokens 8,192
+#: do (module docstring)
+DEFAULT_DRAFT_HEAD_ROWS: Optional[int] = 8192
 #: overrides the default: a number of rows, or "full" (measurements)
 HEAD_ROWS_ENV = "ANYPAIR_DRAFT_HEAD"
 #: ids below this are always kept: byte-BPE vocabularies put their special tokens (EOS, chat markers) first
@@ -91,33 +97,66 @@ def restrict_draft_head(backend, hf_tokenizer) -> Optional[int]:
     return rows
 
 
+def _rows_of(head_weight, ids: torch.Tensor):
+    """The head's rows `ids` as a matrix of their own: the file's own blocks (a copy: the interleaved
+    layout groups 16 kept rows)."""
+    from anypair.kernels import LinearGroup, QuantWeight
+
+    rows = np.ascontiguousarray(head_weight.data[ids.numpy()])
+    return LinearGroup([QuantWeight(head_weight.ggml_type, len(ids), head_weight.cols, rows, None,
+                                    head_weight.type_name)])
+
+
 class ReducedHead:
-    """The head's rows `ids` as a matrix of their own; called like the full head, it returns the full
-    vocabulary's logits with -inf outside `ids`."""
+    """The head's rows `ids` as a matrix of their own, and per sequence the rows of its own tokens
+    (`keep_tokens`); called like the full head, it returns the full vocabulary's logits with -inf
+    outside the rows a row's sequence keeps."""
 
     def __init__(self, head_weight, ids: Sequence[int], vocab: int) -> None:
-        from anypair.kernels import LinearGroup, QuantWeight
-
         self.ids = torch.tensor(sorted(set(int(i) for i in ids)), dtype=torch.int64)
         if len(self.ids) == 0 or int(self.ids[0]) < 0 or int(self.ids[-1]) >= vocab:
             raise ValueError(f"a reduced head's ids must lie in 0..{vocab - 1}")
         self.vocab = vocab
-        # the file's own blocks of those rows (a copy: the interleaved layout groups 16 kept rows)
-        rows = np.ascontiguousarray(head_weight.data[self.ids.numpy()])
-        self.weight = QuantWeight(head_weight.ggml_type, len(self.ids), head_weight.cols, rows, None,
-                                  head_weight.type_name)
-        self.group = LinearGroup([self.weight])
+        self._head_weight = head_weight
+        self._shared = frozenset(self.ids.tolist())
+        self.group = _rows_of(head_weight, self.ids)
+        self.weight = self.group.weights[0]
+        self._own: dict[int, tuple[torch.Tensor, object]] = {}  # slot -> (ids, rows) beyond the shared ones
 
     @property
     def nbytes(self) -> int:
+        """Bytes a step reads: the shared rows (a sequence's own rows are a few hundred more)."""
         return self.weight.nbytes
 
-    def logits(self, normed: torch.Tensor, threads: int, finish=None) -> torch.Tensor:
+    def keep_tokens(self, slot: int, ids) -> None:
+        """Sequence `slot`'s logits score `ids` too from now on (replacing what it kept before; empty:
+        the shared rows only). Their rows are copied once here, not at every step."""
+        own = sorted({int(i) for i in ids if 0 <= int(i) < self.vocab} - self._shared)
+        if not own:
+            self._own.pop(slot, None)
+            return
+        own_ids = torch.tensor(own, dtype=torch.int64)
+        self._own[slot] = (own_ids, _rows_of(self._head_weight, own_ids))
+
+    def forget(self) -> None:
+        """Every sequence's own rows dropped (the engine's sequences were made anew)."""
+        self._own.clear()
+
+    def logits(self, normed: torch.Tensor, threads: int, finish=None,
+               row_slots: Optional[Sequence[int]] = None) -> torch.Tensor:
         """[M, vocab] logits: the kept rows' (through `finish`, e.g. a soft-cap, before the -inf
-        fill, since a cap would turn -inf into a finite value), -inf elsewhere."""
+        fill, since a cap would turn -inf into a finite value), -inf elsewhere. `row_slots`: each
+        row's sequence, whose own rows it scores too (None: the shared rows only)."""
         part = self.group(normed, threads)[0]
         if finish is not None:
             finish(part)
         out = torch.full((normed.shape[0], self.vocab), float("-inf"), dtype=torch.float32)
         out[:, self.ids] = part
+        for slot in sorted(set(row_slots or ()) & self._own.keys()):
+            rows = torch.tensor([r for r, s in enumerate(row_slots) if s == slot], dtype=torch.int64)
+            own_ids, own_rows = self._own[slot]
+            extra = own_rows(normed[rows].contiguous(), threads)[0]
+            if finish is not None:
+                finish(extra)
+            out[rows.unsqueeze(1), own_ids.unsqueeze(0)] = extra
         return out

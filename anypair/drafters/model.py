@@ -116,6 +116,7 @@ class ModelDrafter(Drafter):
             raise ValueError(f"prompt_window must be >= 0 draft tokens (0: the whole prompt), got {prompt_window}")
         self.prompt_window = prompt_window  # 0: the whole prompt
         self._context_ids: list[int] = []  # draft ids (target ids on the same-vocabulary path)
+        self._own_tokens: set[int] = set()  # the request's draft ids so far (its prompt's and committed text's)
         self._proposed_draft_ids: list[int] = []
         self._step_seconds: Optional[float] = None
         self._catch_up_seconds = 0.0  # this round's reading of tokens committed while it did not draft
@@ -152,6 +153,9 @@ class ModelDrafter(Drafter):
         else:
             self._context_ids = list(self.render_prompt(request))
             self.sync.reset()
+        # the request's own tokens, the whole prompt's, scored even by a reduced head (backends/reduced_head.py)
+        self._own_tokens = set(self._context_ids)
+        self.slot.keep_head_tokens(self._own_tokens)
         if self.prompt_window and len(self._context_ids) > self.prompt_window:
             # positions restart at 0 in the window: the draft sees a shorter document, not a gap
             del self._context_ids[: len(self._context_ids) - self.prompt_window]
@@ -226,7 +230,7 @@ class ModelDrafter(Drafter):
         logits = logits[: self._n_real]
         if must_start_with:
             allowed = self._tokens_starting_with(must_start_with)
-            if allowed.numel():
+            if allowed.numel() and bool(torch.isfinite(logits[allowed]).any()):  # (a reduced head may score none)
                 masked = torch.full_like(logits, float("-inf"))
                 masked[allowed] = logits[allowed]
                 logits = masked
@@ -381,8 +385,16 @@ class ModelDrafter(Drafter):
         kept = len(self._context_ids) - realignment.n_drop
         del self._context_ids[kept:]
         self._context_ids.extend(realignment.append_draft_ids)
+        self._keep_own_tokens([*realignment.append_draft_ids, realignment.held_back_id])
         if self.slot.cached_length > kept:
             self.slot.crop(kept)
+
+    def _keep_own_tokens(self, ids: Sequence[Optional[int]]) -> None:
+        """Committed text's tokens join the request's own (a name the target wrote is likely again)."""
+        new = {i for i in ids if i is not None} - self._own_tokens
+        if new:
+            self._own_tokens |= new
+            self.slot.keep_head_tokens(self._own_tokens)
 
     def _commit_same_vocabulary(self, new_target_ids: list[int], proposed: list[int]) -> None:
         agree = 0
@@ -393,5 +405,6 @@ class ModelDrafter(Drafter):
         kept = len(self._context_ids) - len(proposed) + agree
         del self._context_ids[kept:]
         self._context_ids.extend(new_target_ids[agree:])
+        self._keep_own_tokens(new_target_ids[agree:])
         if self.slot.cached_length > kept:
             self.slot.crop(kept)

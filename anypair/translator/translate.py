@@ -44,7 +44,7 @@ Used only after a whole-text encode failed, so the per-character probes cost not
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 from anypair.errors import TokenizerError
 from anypair.tokenization.base import TokenizerAdapter
@@ -224,6 +224,8 @@ class DraftRealignment:
     n_drop: int
     #: draft tokens to append after dropping (fed to the draft at its next step)
     append_draft_ids: list[int]
+    #: the last of them, held back for the draft to re-write (token healing; its bytes are `pending`)
+    held_back_id: Optional[int] = None
 
 
 class DraftSync:
@@ -268,12 +270,13 @@ class DraftSync:
         to_encode = remainder[: len(remainder) - tail]
         self.pending = remainder[len(remainder) - tail:]
         append_draft_ids = self.encode_bytes(to_encode)
+        held_back_id = None
         if hold_back_last_token and append_draft_ids and not self.pending:
             held_back = self.draft_tok.token_bytes(append_draft_ids[-1])
             if held_back:  # a special token carries no text to re-write
-                append_draft_ids.pop()
+                held_back_id = append_draft_ids.pop()
                 self.pending = held_back
-        return DraftRealignment(n_drop=len(proposed_draft_ids) - n_keep, append_draft_ids=append_draft_ids)
+        return DraftRealignment(len(proposed_draft_ids) - n_keep, append_draft_ids, held_back_id)
 
     def _matching_prefix(self, uncovered: bytes, proposed_draft_ids: Sequence[int]) -> tuple[int, int]:
         """(tokens, bytes) of the longest prefix of the proposal that `uncovered` starts with."""
