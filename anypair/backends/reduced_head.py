@@ -18,8 +18,8 @@ prompt and of the text committed since (`keep_tokens`, called by the drafter), a
 their own. The frequent tokens alone lose what a request writes most and a general table ranks low,
 its identifiers and names: 8,192 of them accepted 8% fewer tokens than the full head on HumanEval and
 34% fewer on news summaries (default pair); with the request's own tokens beside them as many as the
-full head and 8% more (`evaluation/measured/draft_head_own_tokens_*.md`). A draft whose vocabulary has
-no table keeps its full head.
+full head (within 2%), for 0.91-0.96x its time a token (`evaluation/measured/draft_head_own_tokens_zen5.md`).
+A draft whose vocabulary has no table keeps its full head.
 """
 from __future__ import annotations
 

@@ -133,7 +133,7 @@ def record(prompts: Sequence[str], max_new_tokens: int, threads: int, progress: 
     with the prompt's own n-grams proposed where they match). `draft_window`: the prompt tokens the draft
     reads (None: as above, or the generator's default)."""
     from anypair.generation.generator import AnyPairGenerator
-    from anypair.policies import AdaptiveLength, draft_prompt_window, estimated_step_costs, make_policy
+    from anypair.policies import AdaptiveLength, make_policy
     from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
     recorder = _Priced(make_policy("adaptive") if fixed_length is None else make_policy("constant", fixed_length))
@@ -147,12 +147,11 @@ def record(prompts: Sequence[str], max_new_tokens: int, threads: int, progress: 
 
     gen = pair(draft_window)
     if seed_size is not None and draft_window is None:  # the prompt the draft would read beside the seed target
-        estimate = estimated_step_costs(seed_size[0] // 4, seed_size[1], gen.draft.weights_bytes // 4,
-                                        gen.draft.num_layers, 0.0, "gguf", gen.draft.engine.engine)
-        if draft_prompt_window(estimate.draft_step) != gen.draft_window:
+        window = gen.draft_window_beside(seed_size[0], seed_size[1], "gguf")
+        if window != gen.draft_window:
             del gen
             gc.collect()
-            gen = pair(draft_prompt_window(estimate.draft_step))
+            gen = pair(window)
     if fixed_length is None and seed_row_s is not None:  # the draft's step is measured now: price at the seed's size
         if gen.draft_step_seconds is None:
             raise RuntimeError("replay: the warm-up request did not time a draft step; the policy cannot be priced "

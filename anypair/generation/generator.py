@@ -36,7 +36,7 @@ from anypair.generation.options import (
     VerifierKind,
     plan_request,
 )
-from anypair.policies import (ConstantLength, DraftLengthPolicy, StepCosts, TimedCosts, draft_prompt_window,
+from anypair.policies import (ConstantLength, DraftLengthPolicy, TimedCosts, draft_prompt_window,
                               estimated_step_costs)
 from anypair.policies.adaptive import PairMemory
 from anypair.policies.batch import BatchCosts
@@ -233,8 +233,20 @@ class AnyPairGenerator:
         """Prompt tokens the draft model reads (0: all): the option, or by the draft's estimated cost."""
         if self.options.draft_window is not None:
             return self.options.draft_window
-        costs = self._model_draft_costs()
-        return draft_prompt_window(costs.draft_step) if costs is not None else 0
+        target = self.target
+        return self.draft_window_beside(target.weights_bytes, target.num_layers, target.engine.engine)
+
+    def draft_window_beside(self, target_bytes: int, target_layers: int, target_engine: str) -> int:
+        """Prompt tokens the draft model would read beside a target of that size (0: all): its step
+        estimated from the bytes of weights each reads (`policies.estimated_step_costs`, 4 bytes for one
+        fp32 parameter). The replay asks it for a seed target."""
+        if self.draft is None:
+            return 0
+        draft = self.draft
+        costs = estimated_step_costs(target_bytes // 4, target_layers, draft.weights_bytes // 4, draft.num_layers,
+                                     multi_token_slope=self._verify_slope(), target_engine=target_engine,
+                                     draft_engine=draft.engine.engine)
+        return draft_prompt_window(costs.draft_step)
 
     def _drafter(self, kind: DrafterKind, sampling: SamplingConfig, noise: Optional[PositionNoise],
                  slot: int) -> Drafter:
@@ -277,17 +289,6 @@ class AnyPairGenerator:
         """The draft model's one-row forward as its engine's cost model measured it (None: not yet)."""
         draft = self._batch_costs.draft
         return draft.seconds(1) if draft.measured(1) else None
-
-    def _model_draft_costs(self) -> Optional[StepCosts]:
-        """Timing-free step costs of drafting with the draft model (see policies.estimated_step_costs):
-        a step's time taken as proportional to the bytes of weights it reads (4 bytes stand for one
-        fp32 parameter)."""
-        if self.draft is None:
-            return None
-        target, draft = self.target, self.draft
-        return estimated_step_costs(target.weights_bytes // 4, target.num_layers, draft.weights_bytes // 4,
-                                    draft.num_layers, multi_token_slope=self._verify_slope(),
-                                    target_engine=target.engine.engine, draft_engine=draft.engine.engine)
 
     def forget_drafting_history(self) -> None:
         """Forget what earlier requests measured of drafting (`skip_losing_drafts`' ledger, the pair's
