@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from anypair.errors import InputError, UnknownModelError
-from anypair.policies import draft_prompt_window
+from anypair.policies import draft_prompt_window, estimated_step_costs
+from anypair.policies.costs import FULL_DRAFT_WINDOW
 
 TARGET = "Qwen/Qwen2.5-Coder-0.5B-Instruct"
 SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -151,7 +152,13 @@ def test_the_draft_reads_only_its_prompt_window(models, members, long_prompt):
     assert whole.draft_backend.cached_length >= len(whole.draft.tokenizer.encode_continuation(long_prompt))
     # unset, the window follows the draft's estimated cost
     default = make_gen(members, SMOL)
-    assert default.draft_window == draft_prompt_window(default._model_draft_costs().draft_step)
+    target, draft = default.target, default.draft
+    estimate = estimated_step_costs(target.weights_bytes // 4, target.num_layers, draft.weights_bytes // 4,
+                                    draft.num_layers, 0.0, target.engine.engine, draft.engine.engine)
+    assert default.draft_window == draft_prompt_window(estimate.draft_step) == \
+        default.draft_window_beside(target.weights_bytes, target.num_layers, target.engine.engine)
+    # beside a target of 60 times the draft's bytes (a seed's size) a draft step is cheap: the widest window
+    assert default.draft_window_beside(60 * draft.weights_bytes, 42, "gguf") == FULL_DRAFT_WINDOW
 
 
 @pytest.mark.parametrize("drafter", ["model", "lookup", "hybrid"])
