@@ -237,11 +237,14 @@ def test_sync_holds_back_the_last_token_for_healing():
     appended = draft_tok.decode_bytes(realignment.append_draft_ids)
     assert sync.pending and appended + sync.pending == text
     assert sync.pending == draft_tok.decode_bytes(draft_tok.encode_continuation(text.decode())[-1:])
+    # the held-back token is named (the drafter keeps it among the request's own tokens)
+    assert realignment.append_draft_ids + [realignment.held_back_id] == draft_tok.encode_continuation(text.decode())
     # the draft's next tokens must start with the held-back bytes; what follows is its proposal
     assert sync.strip_pending(sync.pending + b" a + b") == b" a + b"
     char = "中".encode()
-    sync.commit(b" " + char[:2], [], hold_back_last_token=True)
+    unfinished = sync.commit(b" " + char[:2], [], hold_back_last_token=True)
     assert sync.pending == char[:2]  # an unfinished character pends; no token is held back with it
+    assert unfinished.held_back_id is None
     assert DraftSync(draft_tok).commit(text, []).append_draft_ids == draft_tok.encode_continuation(text.decode())
 
 
