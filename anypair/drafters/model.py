@@ -230,9 +230,10 @@ class ModelDrafter(Drafter):
         logits = logits[: self._n_real]
         if must_start_with:
             allowed = self._tokens_starting_with(must_start_with)
-            if allowed.numel() and bool(torch.isfinite(logits[allowed]).any()):  # (a reduced head may score none)
+            scored = logits[allowed]
+            if bool(torch.isfinite(scored).any()):  # none allowed, or a reduced head scores none: unmasked
                 masked = torch.full_like(logits, float("-inf"))
-                masked[allowed] = logits[allowed]
+                masked[allowed] = scored
                 logits = masked
         elif self._banned.numel():
             logits = logits.clone()
