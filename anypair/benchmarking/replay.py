@@ -128,9 +128,9 @@ def record(prompts: Sequence[str], max_new_tokens: int, threads: int, progress: 
     (a seed target's forwards by rows, seconds): the policy prices rounds at that target's
     costs (`seed_priced_costs`) instead of the 1.5B target's. `seed_size` (the seed target's weight bytes
     and layers on the gguf engine): the draft reads the prompt the generator would have it read beside
-    that target (`AnyPairGenerator.draft_window_beside`), whatever the rule. `drafter`: `drafters.DRAFTERS`' name ('hybrid': the same draft model
-    with the prompt's own n-grams proposed where they match). `draft_window`: the prompt tokens the draft
-    reads (None: as above, or the generator's default)."""
+    that target (`AnyPairGenerator.draft_window_beside`), whatever the rule. `drafter`: `drafters.DRAFTERS`'
+    name ('hybrid': the same draft model with the prompt's own n-grams proposed where they match).
+    `draft_window`: the prompt tokens the draft reads (None: as above, or the generator's default)."""
     from anypair.generation.generator import AnyPairGenerator
     from anypair.policies import AdaptiveLength, make_policy
     from anypair.zoo.registry import DEFAULT_DRAFT, DEFAULT_TARGET
