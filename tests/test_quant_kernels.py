@@ -88,13 +88,14 @@ def _activations(rows: int, cols: int, seed: int = 0) -> torch.Tensor:
 @pytest.mark.parametrize("type_name", list(NATIVE_TYPES.values()))
 def test_simd_paths_equal_the_scalar_reference_bitwise(real_matrices, type_name):
     """Every compiled path (AVX-512 VNNI where the CPU has it, AVX2) against the reference, with
-    a full tile of 8 rows and a partial one."""
+    a full tile of 8 rows and a partial one, and a prefill chunk's many rows (the wide paths)."""
     weight = real_matrices[next(t for t, n in NATIVE_TYPES.items() if n == type_name)]
     group = LinearGroup([weight])
-    x = _activations(11, weight.cols)
-    best = group(x)[0]
-    assert torch.equal(best, group(x, use_reference=True)[0]), f"{simd_level()} path != reference"
-    assert torch.equal(best, group(x, path="avx2")[0]), f"{simd_level()} path != AVX2 path"
+    for rows in (11, 67):
+        x = _activations(rows, weight.cols)
+        best = group(x)[0]
+        assert torch.equal(best, group(x, use_reference=True)[0]), f"{simd_level()} path != reference, {rows} rows"
+        assert torch.equal(best, group(x, path="avx2")[0]), f"{simd_level()} path != AVX2 path, {rows} rows"
 
 
 def test_the_build_takes_the_instruction_sets_the_cpu_reports(monkeypatch):
@@ -142,12 +143,12 @@ def test_the_prefetch_threshold_is_per_cpu_and_never_changes_a_result(real_matri
 
 
 @pytest.mark.parametrize("type_name", list(NATIVE_TYPES.values()))
-def test_rows_are_bitwise_the_same_alone_or_with_up_to_16_others(real_matrices, type_name):
+def test_rows_are_bitwise_the_same_alone_or_with_up_to_64_others(real_matrices, type_name):
     weight = real_matrices[next(t for t, n in NATIVE_TYPES.items() if n == type_name)]
     group = LinearGroup([weight])
-    x = _activations(16, weight.cols, seed=1)
-    alone = torch.cat([group(x[i:i + 1], threads=2)[0] for i in range(16)])
-    for k in range(2, 17):
+    x = _activations(64, weight.cols, seed=1)
+    alone = torch.cat([group(x[i:i + 1], threads=2)[0] for i in range(64)])
+    for k in range(2, 65):
         together = group(x[:k], threads=2)[0]
         assert torch.equal(together, alone[:k]), f"{type_name}: row results change when {k} rows are scored together"
     # and whatever the thread count
@@ -255,14 +256,16 @@ def _k_quant_definition(weight: QuantWeight, x: torch.Tensor, type_name: str) ->
 
 @pytest.mark.parametrize("type_name", ["Q4_K", "Q5_K", "Q6_K"])
 @pytest.mark.parametrize("rows", [96, 90])
-def test_k_quants_follow_their_definition_bitwise(real_matrices, type_name, rows):
+@pytest.mark.parametrize("activation_rows", [6, 37])
+def test_k_quants_follow_their_definition_bitwise(real_matrices, type_name, rows, activation_rows):
     """The interleaved kernels against the definition in ap_common.h, computed here in numpy from
     the GGUF's own blocks: equal bit for bit, on every path, also when the last group of 16 rows is
-    partly padding (90 rows)."""
+    partly padding (90 rows), for a verification's few rows and a prefill chunk's many (37: the wide
+    tiles of 8 and a partial one)."""
     ggml_type = next(t for t, n in NATIVE_TYPES.items() if n == type_name)
     source = real_matrices[ggml_type]
     weight = QuantWeight(ggml_type, rows, source.cols, np.ascontiguousarray(source.data[:rows]))
-    x = _activations(6, weight.cols, seed=4)
+    x = _activations(activation_rows, weight.cols, seed=4)
     expected = _k_quant_definition(weight, x, type_name)
     group = LinearGroup([weight])
     for path in ("best", "avx2", "reference"):

@@ -205,7 +205,7 @@ typedef struct {
 #define AP_ROW_TILE 8
 // activation rows one call of a group function takes (each path tiles them in registers as it can):
 // a group's weights are read from memory once per this many rows
-#define AP_GROUP_ROW_TILE 16
+#define AP_GROUP_ROW_TILE 64
 
 static inline float ap_h2f(uint16_t h) {
     // IEEE half to float, exact (no hardware needed)
