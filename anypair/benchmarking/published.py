@@ -44,6 +44,7 @@ class Table:
     labels: tuple[str, ...] = ()  # one row label per record, for kinds of several records
     release: str = RELEASE  # used for records without a `release` field
     key: str = ""  # a sub-record to read (a temperature of a sampling record)
+    machine: str = ""  # for records that do not name their machine
 
 
 # CPU classes: AVX2 = AMD EPYC Zen 3; AVX-512 VNNI = AMD EPYC Zen 4 and Zen 5; AMX = Intel Xeon.
@@ -131,6 +132,9 @@ TABLES: tuple[Table, ...] = (
           "[--drafters model --prompts prompts.txt] --json {record}", ("HumanEval", "summaries")),
     Table("serve-batching-avx512", "serve", ("bench_serve_batching_zen4_8x4_prefetch.json",),
           "python evaluation/bench_serve.py --batching-only --json {record}"),
+    Table("structured-avx512", "structured", ("bench_structured_default_pair_n4.json",),
+          "python evaluation/bench_structured.py --n 4 --json {record}",
+          machine="AMD EPYC (Zen 4: AVX-512 VNNI, no AMX), 2 cores, shared with other jobs (the file names none)"),
     Table("llama-cpp-target-avx512", "bench", ("bench_llamacpp_target_ledger_n6.json",),
           "anypair bench --engine llama.cpp --n 6 --max-new-tokens 96 --threads 2 --json {record}"),
     Table("gemma-3-270m-target-avx2", "bench", ("bench_gemma3_270m_target_zen3_n4.json",),
@@ -148,7 +152,7 @@ def load(path: str) -> dict:
     return json.loads((REPO / MEASURED / path).read_text())
 
 
-def _machine(record: dict) -> str:
+def _machine(record: dict, table: Table) -> str:
     for where in (record, record.get("settings") or {}):
         machine = where.get("machine")
         if isinstance(machine, dict):  # evaluation/run.py's records
@@ -156,7 +160,7 @@ def _machine(record: dict) -> str:
                    f"{machine.get('memory')})"
         if machine:
             return str(machine)
-    return "not recorded"
+    return table.machine or "not recorded"
 
 
 def _release(record: dict, table: Table) -> str:
@@ -341,9 +345,25 @@ def _prefill(table: Table, records: list[dict]) -> list[str]:
     return lines
 
 
+def _structured(table: Table, records: list[dict]) -> list[str]:
+    """evaluation/bench_structured.py: ms a token with and without a JSON schema, and llguidance's share."""
+    summary = records[0]["summary"]
+    lines = [f"Target `{summary['target']}`, draft `{summary['draft']}`, {summary['prompts']} chat prompts, up to "
+             f"{summary['max_new_tokens']} new tokens, greedy.", ""]
+    lines += _header("", "free, ms a token", "with a JSON schema, ms a token", "schema / free",
+                     "the grammar's own ms a token", "accepted / round, free / schema")
+    for name, label in (("alone", "target alone"), ("anypair", "anypair")):
+        f = summary[name]
+        lines.append(_row(label, f"{f['free_ms_per_token']:.1f}", f"{f['constrained_ms_per_token']:.1f}",
+                          _x(f["ratio"]), f"{f['grammar_ms_per_token']:.2f}",
+                          "–" if name == "alone" else
+                          f"{f['accepted_per_round_free']:.2f} / {f['accepted_per_round_constrained']:.2f}"))
+    return lines
+
+
 KINDS: dict[str, Callable[[Table, list[dict]], list[str]]] = {
     "bench": _bench, "replays": _replays, "steps": _steps, "evaluation": _evaluation, "regret": _regret,
-    "serve": _serve, "prefill": _prefill,
+    "serve": _serve, "prefill": _prefill, "structured": _structured,
 }
 
 
@@ -360,7 +380,7 @@ def render(table: Table) -> str:
     paths = ", ".join(f"`{MEASURED}/{p}`" for p in dict.fromkeys(table.records))
     command = table.command.replace("{record}", f"{MEASURED}/{table.records[0]}")
     releases = ", ".join(dict.fromkeys(_release(r, table) for r in described))
-    machines = "; ".join(dict.fromkeys(_machine(r) for r in described))
+    machines = "; ".join(dict.fromkeys(_machine(r, table) for r in described))
     head = [f"*Machine:* {machines}. *Release:* anypair {releases}. *Record:* {paths}.",
             f"*Command:* `{command}`", ""]
     return "\n".join(head + KINDS[table.kind](table, records))
