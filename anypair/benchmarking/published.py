@@ -61,6 +61,12 @@ TABLES: tuple[Table, ...] = (
     Table("headline-amx", "bench", ("bench_intel_xeon_amx_n10_r2_a.json",),
           BENCH + " --drafters model,hybrid --repeats 2 --json {record}"),
     # -- the default pair's rounds replayed on big targets' exact shapes (random weights, real costs)
+    Table("headline-big-targets", "replays",
+          ("replay_gemma-2-9b_model_halves_zen3_n10.json", "replay_gemma-2-9b_own_tokens_head_zen5_n10_c.json",
+           "replay_gemma-2-9b_intel_xeon_n10.json"),
+          REPLAY.format(shape="gemma-2-9b") + " --json {record}",
+          ("AVX2 (AMD EPYC Zen 3): gemma-2-9b, HumanEval, model", "AVX-512 VNNI (AMD EPYC Zen 5): gemma-2-9b, HumanEval, model",
+           "AMX (Intel Xeon): gemma-2-9b, HumanEval, model")),
     Table("replays-avx2", "replays",
           ("replay_gemma-2-9b_model_halves_zen3_n10.json", "replay_gemma-2-9b_hybrid_halves_zen3_n10.json",
            "replay_codellama-13b_zen3_n10.json", "replay_gemma-2-9b_summ_hybrid_zen3_n10.json"),
