@@ -31,7 +31,7 @@ from typing import Callable, Optional, Sequence
 REPO = Path(__file__).resolve().parents[2]
 MEASURED = "evaluation/measured"
 #: the pages that may hold tables (relative to the repository root)
-PAGES = ("README.md", "docs", "evaluation/README.md")
+PAGES = ("README.md", "docs", "evaluation/README.md", "CHANGELOG.md")
 RELEASE = "0.1.0"  # the release of records that carry none of their own
 
 
@@ -280,7 +280,7 @@ def _evaluation(table: Table, records: list[dict]) -> list[str]:
     lines = [f"Target `{settings['target']}`, {settings['n_requested']} examples a task, up to "
              f"{settings['max_new_tokens']} new tokens, greedy, chat-templated prompts, {settings.get('threads')} threads.",
              ""]
-    lines += _header("task", "method (draft)", "speedup, median [95% CI]", "tok/s (mean)", "ran the target alone",
+    lines += _header("task", "method (draft)", "n", "speedup, median [95% CI]", "tok/s (mean)", "ran the target alone",
                      "identical to target alone", "quality")
     for s in record["summaries"]:
         speedup = s.get("speedup")
@@ -292,7 +292,9 @@ def _evaluation(table: Table, records: list[dict]) -> list[str]:
             "R-1/2/L " + "/".join(f"{s['rouge'][k]:.1f}" for k in ("rouge1", "rouge2", "rougeLsum")) if s.get("rouge") else "–")
         identical = s.get("identical_rate")
         skipped = s.get("drafting_skipped")
-        lines.append(_row(s["task"], s["method"] + (f" ({draft})" if draft else ""), cell,
+        failed = s.get("failed") or 0
+        lines.append(_row(s["task"], s["method"] + (f" ({draft})" if draft else ""),
+                          f"{s['n']}" + (f" ({failed} failed)" if failed else ""), cell,
                           f"{s['tokens_per_second_mean']:.2f}",
                           "–" if skipped is None else f"{skipped}/{s['n']}",
                           "–" if identical is None or s["method"] == "target" else f"{100 * identical:.0f}%", quality))
