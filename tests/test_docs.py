@@ -114,7 +114,8 @@ def test_the_three_pair_evaluation_at_twenty_examples_a_task_stays():
 
     summaries = json.loads(report.read_text())["summaries"]
     assert {s["task"] for s in summaries} == {"humaneval", "scrolls", "cnn_dailymail"}
-    assert len({s["draft"] for s in summaries if s["draft"]}) == 3 and {s["n"] for s in summaries} == {20}
+    assert len({s["draft"] for s in summaries if s["draft"]}) == 3
+    assert {s["n"] + (s.get("failed") or 0) for s in summaries} == {20}  # hf-uag's failures are counted apart
 
 
 # ---- no diary ------------------------------------------------------------------------------------
