@@ -309,6 +309,9 @@ def run_install(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="anypair", description="Lossless speculative decoding with any draft model, whatever its tokenizer.")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+    from anypair import __version__
+
+    parser.add_argument("--version", action="version", version=f"anypair {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     from anypair.zoo.cli import add_fetch_parser, add_seed_parser

@@ -12,7 +12,6 @@ import collections
 import glob
 import json
 import os
-import sys
 import sysconfig
 
 import numpy as np
@@ -61,4 +60,12 @@ def main(model: str = "HuggingFaceTB/SmolLM2-135M-Instruct") -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python evaluation/draft_vocab.py",
+                                     description="Write a draft's reduced-head table (its ids by falling frequency "
+                                                 "on the standard library's code and the sweep's articles) under "
+                                                 "anypair/backends/data/draft_vocab/.")
+    parser.add_argument("model", nargs="?", default="HuggingFaceTB/SmolLM2-135M-Instruct",
+                        help="a zoo draft (default: the default draft, HuggingFaceTB/SmolLM2-135M-Instruct)")
+    main(parser.parse_args().model)

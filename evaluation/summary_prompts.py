@@ -7,6 +7,7 @@ template), separated by two blank lines.
 """
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 from pathlib import Path
@@ -31,8 +32,19 @@ def summary_prompts(per_task: int = 5, document_tokens: int = 900) -> list[str]:
     return texts
 
 
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python evaluation/summary_prompts.py",
+                                     description="Write the evaluation's 10 summarization examples as a --prompts "
+                                                 "file for `anypair bench --target-shape NAME --replay`.")
+    parser.add_argument("out", metavar="OUT.txt", help="the file to write (prompts separated by two blank lines)")
+    parser.add_argument("--per-task", type=int, default=5, help="examples of each task (default 5)")
+    parser.add_argument("--document-tokens", type=int, default=900,
+                        help="target tokens each document is cut to (default 900)")
+    args = parser.parse_args(argv)
+    Path(args.out).write_text("\n\n\n".join(summary_prompts(args.per_task, args.document_tokens)) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python evaluation/summary_prompts.py OUT.txt")
-    Path(sys.argv[1]).write_text("\n\n\n".join(summary_prompts()) + "\n")
-    print(f"wrote {sys.argv[1]}")
+    sys.exit(main())

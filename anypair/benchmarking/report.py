@@ -177,6 +177,28 @@ def verification_context_table(by_context: dict):
     return table
 
 
+def release() -> str:
+    """The release that measures: anypair's version, and `git describe` of its checkout where it is one."""
+    import subprocess
+    from pathlib import Path
+
+    from anypair import __version__
+
+    try:
+        described = subprocess.run(["git", "describe", "--always", "--dirty", "--tags"], capture_output=True,
+                                   text=True, timeout=10, cwd=Path(__file__).resolve().parent).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        described = ""
+    return f"{__version__} ({described})" if described else __version__
+
+
 def save_json(report: BenchReport, path: str) -> None:
+    """Every figure of the run, with the release that measured it and the command that ran it (the published
+    tables head each record by them: anypair/benchmarking/published.py)."""
+    import shlex
+    import sys
+
+    report.settings.setdefault("release", release())
+    report.settings.setdefault("command", shlex.join(["anypair", *sys.argv[1:]]))
     with open(path, "w") as f:
         json.dump(report.to_json(), f, indent=2)
