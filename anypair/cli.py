@@ -51,7 +51,7 @@ def _add_model_args(p: argparse.ArgumentParser, max_new_tokens: Optional[int] = 
                    help=f"draft engine (auto: gguf for a draft with a GGUF of {GGUF_ENGINE_RUNS}, as the default "
                         "pair's; llama.cpp for another GGUF when llama-cpp-python is installed; torch otherwise)")
     p.add_argument("--context", type=int, default=None,
-                   help="context length of the gguf and llama.cpp engines (default min(trained, 8192))")
+                   help="context length (default: the gguf engine the model's trained context as far as memory holds its KV cache, llama.cpp min(trained, 8192))")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--device", default=None,
                    help="torch device of the torch engine's members: cpu, cuda, cuda:N (default: each engine's own: "

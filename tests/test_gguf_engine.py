@@ -188,3 +188,51 @@ def test_the_roofline_accounts_for_a_step_part_by_part():
     assert ceilings.read_bytes_per_s > 1e8
     assert ceilings.int8_macs_per_s > 1e9 if simd_level() != "portable" else ceilings.int8_macs_per_s == 0.0
     assert "roofline" in str(format_roofline(ceilings, steps).title)
+
+
+def test_the_default_context_is_the_models_own_as_far_as_memory_holds_its_kv_cache(monkeypatch):
+    """Unset, the context is the model's trained one (32,768 for Qwen2.5-Coder), lowered to what
+    free memory holds; an asked context that does not fit is one line naming the memory and the option."""
+    from anypair.backends import quantized_gguf
+    from anypair.backends.gguf_file import GGUFFile
+    from anypair.backends.quantized_gguf import context_within_memory, kv_bytes_per_position, read_shape
+
+    shape = read_shape(GGUFFile(_gguf(QWEN05)))
+    per_position = kv_bytes_per_position(shape)
+    assert shape.trained_context == 32768 and per_position == 2 * 2 * 24 * 2 * 64
+    gib = 2**30
+    assert context_within_memory("t", shape, None, 1, gib, available=20 * gib) == 32768
+    small = context_within_memory("t", shape, None, 1, gib, available=gib + 100 * 2**20)
+    assert small % 256 == 0 and small * per_position <= 100 * 2**20 * quantized_gguf.KV_MEMORY_SHARE
+    assert small > 100 * 2**20 * quantized_gguf.KV_MEMORY_SHARE / per_position - 256
+    assert context_within_memory("t", shape, 4096, 1, gib, available=20 * gib) == 4096
+    assert context_within_memory("t", shape, 10**6, 1, gib, available=20 * gib) == 32768  # never past its training
+    with pytest.raises(InputError, match=r"context of 32768 tokens needs .* GiB of KV cache .* at most \d+"):
+        context_within_memory("t", shape, 32768, 1, gib, available=gib + 100 * 2**20)
+    with pytest.raises(InputError, match="8 sequence"):
+        context_within_memory("t", shape, 32768, 8, gib, available=3 * gib)
+    with pytest.raises(InputError, match="no room for a KV cache"):
+        context_within_memory("t", shape, None, 1, gib, available=gib)
+    backend = quantized_gguf.QuantizedGGUFBackend(_gguf(QWEN05), threads=1)
+    assert backend.max_context == min(32768, context_within_memory("t", shape, None, 1, _gguf(QWEN05).stat().st_size))
+
+
+def test_a_prompt_past_the_drafts_context_drafts_and_equals_the_target_alone():
+    """A prompt longer than the draft's context is no refusal: the draft reads a window of its own
+    (sliding as the text grows) and proposes, and the output is the target's own. The draft's context is
+    cut to 400 positions here so that a 1,500-token prompt passes it, as a 30k-token chat passes 8k."""
+    from anypair import AnyPairGenerator
+
+    loaded = AnyPairGenerator(QWEN05, SMOL, threads=2)
+    loaded.draft_backend.max_context = 400
+    gen = AnyPairGenerator(loaded.target, loaded.draft, threads=2, skip_losing_drafts=False)
+    from anypair.backends.sources import gguf_tokenizer
+
+    tokenizer, _ = gguf_tokenizer(QWEN05, _gguf(QWEN05))
+    prompt = tokenizer.decode(_real_text_ids(QWEN05, 1500)) + "\n\ndef parse_header(line):\n"
+    assert gen.room_for_new_tokens(prompt) > 1000
+    alone = gen.generate(prompt, max_new_tokens=40, assisted=False)
+    assisted = gen.generate(prompt, max_new_tokens=40)
+    assert not assisted.stats.draft_failed, assisted.stats.draft_failure_reason
+    assert assisted.stats.draft_tokens_proposed > 0
+    assert assisted.target_ids == alone.target_ids

@@ -114,3 +114,33 @@ def test_a_dearer_row_ends_the_proposal_where_its_stop_confidence_rises(tokenize
     long_drafter.propose(cheap)
     short_drafter.propose(kneed)
     assert len(long_drafter._proposed_draft_ids) == 6 and len(short_drafter._proposed_draft_ids) == 3
+
+
+def test_a_prompt_longer_than_the_drafts_context_slides_its_window_and_still_drafts(tokenizers):
+    """The draft reads a window of its own: a prompt (and then committed text) past its context is read
+    again from position 0, its last part kept, and the proposals go on (never a refusal)."""
+    draft_tok, target_tok = tokenizers
+    long_prompt = PROMPT * 40  # ~1,000 draft tokens
+    prompt_ids = draft_tok.encode(long_prompt)
+    word = draft_tok.encode(" value")
+    backend = ScriptedDraft(draft_tok.vocab_size, 0, word * 4096, 0.99)  # " value" at every position
+    backend.max_context = 256
+    drafter = ModelDrafter(backend, draft_tok, target_tok, lambda request: list(prompt_ids))
+    drafter.start(DraftRequest(target_tok.encode(long_prompt), prompt=long_prompt))
+    budget = DraftBudget(max_draft_steps=6, max_target_tokens=64, stop_confidence=0.5)
+    committed: list[int] = []
+    slides = 0
+    for _ in range(150):
+        before = backend.length
+        proposal = drafter.propose(budget)
+        slides += backend.length < before
+        assert len(proposal) >= 1 and target_tok.decode(proposal.target_ids).startswith(" value")
+        assert backend.length <= backend.max_context
+        drafter.commit(proposal.target_ids[:3])
+        committed += proposal.target_ids[:3]
+    assert slides >= 2  # the window slid more than once, and drafting went on
+    # the draft's context is the end of the whole text (the prompt, then what was committed), the
+    # held-back tail aside: its last part, in order
+    text = draft_tok.decode_bytes(prompt_ids) + target_tok.decode_bytes(committed)
+    kept = draft_tok.decode_bytes(drafter._context_ids)
+    assert text[: len(text) - len(drafter.sync.pending)].endswith(kept) and len(kept) < len(text) // 2

@@ -66,8 +66,10 @@ ARCHITECTURES = {
     "gemma3": Architecture("halves", activation="gelu_tanh", embedding_scale=True, global_every=6,
                            local_rope_base=10000.0),
 }
-#: the default context when the option is unset: min(the model's trained context, this)
-DEFAULT_CONTEXT = 8192
+#: the share of available memory (less the weights) a context's KV cache may hold at most: the caches
+#: are mapped as positions are written, so this bounds what a long prompt may come to take, never
+#: what a short one does
+KV_MEMORY_SHARE = 0.6
 #: prompt tokens per forward call during prefill (bounds the activations' memory, not the numerics)
 PREFILL_CHUNK = 64
 
@@ -184,13 +186,43 @@ def _rope_scaling(gguf: GGUFFile, arch: str, head_dim: int, trained: int,
         factors = tuple(float(v) for v in _float_tensor(tensors["rope_freqs.weight"]))
     elif "rope_factors_long.weight" in tensors:  # phi3 long-context: long factors past the original context
         original = int(get("rope.scaling.original_context_length", trained))
-        long = min(trained, context or DEFAULT_CONTEXT) > original
+        long = min(trained, context or trained) > original
         factors = tuple(float(v) for v in _float_tensor(tensors[f"rope_factors_{'long' if long else 'short'}.weight"]))
         default = math.sqrt(1 + math.log(trained / original) / math.log(original)) if trained > original else 1.0
         attn_factor = float(get("rope.scaling.attn_factor", default) or default)
     if factors is not None and len(factors) != head_dim // 2:
         raise _refuse(arch, f"{len(factors)} rope factors for {head_dim // 2} frequencies")
     return scale, factors, attn_factor
+
+
+def kv_bytes_per_position(shape: ModelShape) -> int:
+    """The fp16 K and V of every layer for one position of one sequence."""
+    return 2 * 2 * shape.layers * shape.kv_heads * shape.head_dim
+
+
+def context_within_memory(name: str, shape: ModelShape, asked: Optional[int], slots: int, weight_bytes: int,
+                          available: Optional[int] = None) -> int:
+    """The engine's context: `asked`, else the model's trained context, at most what KV_MEMORY_SHARE of
+    the available memory (less the weights) holds for `slots` sequences. An asked context that does not
+    fit is refused in one line naming the memory and the option: a long prompt then fails as an error
+    at its first token, never as a kill mid-prompt."""
+    from anypair.machine import available_memory
+
+    available = available_memory() if available is None else available
+    per_position = kv_bytes_per_position(shape) * slots
+    fits = int(max(0, available - weight_bytes) * KV_MEMORY_SHARE // per_position) if available else shape.trained_context
+    if asked is not None:
+        context = min(shape.trained_context, asked)
+        if context > fits:
+            raise InputError(f"{name}: a context of {context} tokens needs {context * per_position / 2**30:.1f} GiB of "
+                             f"KV cache ({slots} sequence(s)), and {available / 2**30:.1f} GiB of memory is available "
+                             f"beside {weight_bytes / 2**30:.1f} GiB of weights: set the context option to at most "
+                             f"{fits}")
+        return context
+    if fits < 16:
+        raise InputError(f"{name}: {available / 2**30:.1f} GiB of available memory leaves no room for a KV cache "
+                         f"beside {weight_bytes / 2**30:.1f} GiB of weights: free memory, or use a smaller model")
+    return min(shape.trained_context, fits // 256 * 256 or fits)
 
 
 def rope_table(spec: RopeSpec, head_dim: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -298,12 +330,12 @@ class QuantizedGGUFBackend(ModelBackend):
         self.path = Path(path)
         self.name = name
         gguf = GGUFFile(self.path)  # memory-maps the file; tensors are views into it
-        self.shape = shape = read_shape(gguf, context)
-        self.vocab_size = shape.vocab
-        self.max_context = min(shape.trained_context, context or DEFAULT_CONTEXT)
-        self.threads = int(threads or torch.get_num_threads())
         if slots < 1:
             raise InputError(f"{name}: slots must be at least 1, got {slots}")
+        self.max_context = context_within_memory(name, read_shape(gguf), context, slots, self.path.stat().st_size)
+        self.shape = shape = read_shape(gguf, self.max_context)
+        self.vocab_size = shape.vocab
+        self.threads = int(threads or torch.get_num_threads())
         # sequences whose KV state the engine holds at once (continuous batching); the engine itself is slot 0
         self._slots = slots
         self.layout_cache = LayoutCache(self.path, layout_cache, threads=self.threads)
@@ -442,8 +474,7 @@ class QuantizedGGUFBackend(ModelBackend):
     @property
     def kv_bytes_per_slot(self) -> int:
         """The fp16 K and V of every layer for one sequence at the full context."""
-        shape = self.shape
-        return 2 * 2 * shape.layers * shape.kv_heads * self.max_context * shape.head_dim
+        return kv_bytes_per_position(self.shape) * self.max_context
 
     def slot_length(self, slot: int) -> int:
         return self._lengths[slot]

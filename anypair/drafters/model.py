@@ -51,6 +51,8 @@ PromptRenderer = Callable[[DraftRequest], list[int]]
 # 4 prompts' first rounds and probes all came back empty and the policy gave up drafting for the
 # request; with 2, 2.1 target tokens a round instead of 1.5.
 MIN_TRANSLATED_DRAFT_TOKENS = 2
+#: draft positions kept free at the end of the draft's context: past them its context slides
+DRAFT_CONTEXT_MARGIN = 16
 #: the draft's other choices a tree of candidates may add beside its proposal (its second choice at
 #: a step, its first where it stopped unsure): the likeliest ones, each a branch of its own
 MAX_ALTERNATIVES = 2
@@ -186,6 +188,7 @@ class ModelDrafter(Drafter):
     def _next_logits(self) -> Generator[DraftCall, torch.Tensor, torch.Tensor]:
         """The draft's logits after its whole context: one forward, yielded as a DraftCall (the
         caller of `propose_steps` runs it, alone or in a shared forward)."""
+        self._slide_window()
         cached = self.slot.cached_length
         feed = self._context_ids[cached:]
         if not feed:  # everything is cached: re-feed the last token to get its logits
@@ -202,6 +205,18 @@ class ModelDrafter(Drafter):
             per_step = call.charged_seconds
             self._step_seconds = per_step if self._step_seconds is None else 0.7 * self._step_seconds + 0.3 * per_step
         return logits
+
+    def _slide_window(self) -> None:
+        """A draft reads past its own context: when its context (the prompt's window, the committed text,
+        this round's proposal) reaches the draft's limit, its last part (the prompt window, at most half
+        the draft's context) is read again from position 0, as the prompt window is in `start`: the
+        draft sees a shorter document, and a prompt longer than its context still drafts."""
+        limit = self.slot.max_context - DRAFT_CONTEXT_MARGIN
+        if len(self._context_ids) < limit:
+            return
+        keep = min(self.prompt_window or limit, limit // 2)
+        del self._context_ids[: len(self._context_ids) - keep]
+        self.slot.reset()
 
     def _tokens_starting_with(self, prefix: bytes) -> torch.Tensor:
         """Ids of the draft tokens whose bytes start with `prefix` (cached: tails repeat). The tokens

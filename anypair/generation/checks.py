@@ -71,7 +71,7 @@ def check_member_options(engine: object, draft_engine: object, backend: object, 
         raise InputError(f"unknown linear_kernel {linear_kernel!r}: use one of {', '.join(KERNELS)}")
     if context is not None and (not _is_int(context) or context < 16):
         raise InputError(f"context must be an integer of at least 16 tokens, got {context!r}: "
-                         "leave it unset for min(the model's trained context, 8192)")
+                         "leave it unset for the model's trained context (as far as memory holds its KV cache)")
     if device is not None and (not isinstance(device, str) or not device):
         raise InputError(f"device must be a string such as 'cpu' or 'cuda' (or None: each engine's own), got {device!r}")
     if device is not None:

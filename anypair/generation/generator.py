@@ -64,8 +64,6 @@ class _LedgerEntry:
     decision: LedgerDecision
 
 
-#: draft positions kept free past the new tokens: a round's proposal may run ahead of the committed text
-DRAFT_CONTEXT_MARGIN = 16
 
 class AnyPairGenerator:
     """Speculative decoding of `target` with `draft`, whatever their tokenizers.
@@ -110,7 +108,8 @@ class AnyPairGenerator:
             .gguf target of another architecture on llama.cpp; everything else on torch
             (`anypair.generation.members`). A llama.cpp TARGET is not batch-invariant: its output can
             differ from its own single-token greedy run at near-ties (see README).
-        context: context length of the gguf and llama.cpp engines (default min(trained, 8192)).
+        context: context length (default: on the gguf engine the model's trained context as far as free
+            memory holds its KV cache; on llama.cpp min(trained, 8192)).
         backend: "torch" (default) or "ipex" for torch-engine members (optional; checked against torch).
         linear_kernel: for fp32 on a CPU: "auto" (default: time torch's linear against anypair's
             skinny kernel and keep the faster), "skinny" or "torch". See anypair.backends.skinny_linear.
@@ -338,7 +337,7 @@ class AnyPairGenerator:
         target_ids = self.target.render(request.prompt, request.messages, request.tools)
         if not target_ids:
             raise InputError("the prompt encodes to no tokens for the target model")
-        room, limit = self._room(request, target_ids, plan)
+        room, limit = self._room(target_ids)
         if request.max_new_tokens > room:  # the one check of a request's fit (the server's 400 names the field)
             raise InputError(limit.format(new=request.max_new_tokens),
                              field=("messages" if request.messages is not None else "prompt") if room < 1
@@ -412,23 +411,13 @@ class AnyPairGenerator:
         if outcome is not None:
             entry.ledger.record(outcome, entry.decision.exploring)
 
-    def _room(self, request: GenerationRequest, target_ids: list[int], plan: RequestPlan) -> tuple[int, str]:
-        """New tokens the request's prompt leaves room for (the target's positions, and the draft's
-        context where a draft model reads it), and the message of the limit that binds ({new}: the
-        tokens asked for)."""
+    def _room(self, target_ids: list[int]) -> tuple[int, str]:
+        """New tokens the request's prompt leaves room for (the target's positions; a draft model reads a
+        window of its own, `ModelDrafter._slide_window`, so its context never binds), and the message
+        of the limit ({new}: the tokens asked for)."""
         room = self.max_positions - len(target_ids)
         limit = (f"prompt ({len(target_ids)} tokens) + max_new_tokens ({{new}}) exceeds {self._positions_why}: "
                  "shorten the prompt or lower max_new_tokens")
-        if plan.drafts_with_model:
-            assert self.draft_backend is not None and self._draft_prompt is not None
-            draft_length = len(target_ids if self.same_vocabulary else
-                               self._draft_prompt.ids(request.prompt, request.messages, target_ids, request.tools))
-            context = self.draft_backend.max_context
-            if context - draft_length - DRAFT_CONTEXT_MARGIN < room:
-                room = context - draft_length - DRAFT_CONTEXT_MARGIN
-                limit = (f"prompt ({draft_length} draft tokens) + max_new_tokens ({{new}}) exceeds the draft's "
-                         f"context of {context} tokens: use a draft with a longer context, drafter='lookup', "
-                         "or assisted=False")
         return room, limit
 
     @property
@@ -453,10 +442,11 @@ class AnyPairGenerator:
     def room_for_new_tokens(self, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
                             assisted: bool = True) -> int:
         """The most new tokens a request for this prompt may ask for: what the target's context leaves
-        after the prompt, and the draft's where a draft model reads it (`anypair generate` writes up to
-        the end-of-turn token within this bound, as llama.cpp's CLI writes to the end of its context)."""
+        after the prompt, assisted or not (a draft reads a window of its own and never binds; `anypair
+        generate` writes up to the end-of-turn token within this bound, as llama.cpp's CLI writes to the
+        end of its context)."""
         request = GenerationRequest.of(prompt, messages=messages, max_new_tokens=1, assisted=assisted)
-        return self._room(request, self.target.render(request.prompt, request.messages), self.plan(request))[0]
+        return self._room(self.target.render(request.prompt, request.messages))[0]
 
     def generate(self, prompt: Optional[str] = None, *, messages: Optional[Sequence[dict]] = None,
                  max_new_tokens: int = 128, stop: Union[str, Sequence[str], None] = None,
