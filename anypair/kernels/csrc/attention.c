@@ -25,7 +25,8 @@
 #define ATTN_GROUP_ROWS 16   // rows of one sequence that read its KV head together (a task's rows)
 #define ATTN_MAX_PAIRS (ATTN_GROUP_ROWS * 64)  // (row, head) pairs of a task: G <= 64
 #define ATTN_VALUE_BLOCK 64  // positions whose values are accumulated per register pass
-#define ATTN_VALUE_PAIRS 8   // (row, head) value sums kept in registers at once
+#define ATTN_VALUE_PAIRS 8   // (row, head) value sums kept in registers at once (AVX-512)
+#define ATTN_VALUE_PAIRS_AVX2 6  // the same with AVX2's 16 registers, two chunks a pair
 // the register-tiled loops stay in functions of their own: inlined into one large function, GCC's
 // register allocation moved the widened keys to the stack and back on every chunk (one row's scores
 // at 4,000 positions 17% slower)
@@ -185,6 +186,35 @@ static inline __m128 reduce_4keys_avx2(__m256 k0, __m256 k1, __m256 k2, __m256 k
     return _mm_unpacklo_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));  // s = [s0 s2 s0 s2 | s1 s3 s1 s3]
 }
 
+// NP pairs (NP <= ATTN_SCORE_PAIRS) x the 4 widened keys of the block at P: NP x 4 independent sums. A
+// multiply-add waits 4 cycles for its sum and 2 issue a cycle (Zen 3): the 4 sums of one pair at a time kept
+// the pipes a quarter busy (2 threads, Qwen2.5-1.5B's heads, a 64-row chunk at 4,000 positions: 0.55
+// multiply-adds a cycle); each score's 8 lanes add the same products in the same order as before.
+#define ATTN_SCORE_PAIRS 3
+static inline __attribute__((always_inline)) void score_4keys_avx2(const attn_task *t, const int *pairs, const int NP,
+                                                                   const float *keys, int P) {
+    const int D = t->D;
+    __m256 acc[ATTN_SCORE_PAIRS][4];
+    const float *qg[ATTN_SCORE_PAIRS];
+    for (int x = 0; x < NP; x++) {
+        qg[x] = task_q(t, pairs[x]);
+        for (int k = 0; k < 4; k++) acc[x][k] = _mm256_setzero_ps();
+    }
+    for (int c = 0; c < D; c += 8)
+        for (int x = 0; x < NP; x++) {
+            const __m256 qv = _mm256_loadu_ps(qg[x] + c);
+            for (int k = 0; k < 4; k++) acc[x][k] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys + k * D + c), acc[x][k]);
+        }
+    for (int x = 0; x < NP; x++) {
+        const __m128 s = _mm_mul_ps(reduce_4keys_avx2(acc[x][0], acc[x][1], acc[x][2], acc[x][3]), _mm_set1_ps(t->scale));
+        const int r = t->row[pairs[x]];
+        if (block_inside(t, pairs[x], P, 4)) { _mm_storeu_ps(task_scores(t, pairs[x]) + (P - t->lo[r]), s); continue; }
+        float tmp[4];
+        _mm_storeu_ps(tmp, s);
+        store_some(t, pairs[x], P, tmp, 4);
+    }
+}
+
 // scores of every pair in blocks of 4 keys (contiguous in the cache), each block widened once
 static AP_NOINLINE void score_task_avx2(const attn_task *t, float *keys, int *pairs) {
     const int D = t->D;
@@ -193,22 +223,12 @@ static AP_NOINLINE void score_task_avx2(const attn_task *t, float *keys, int *pa
         const uint16_t *k = t->kc + (size_t)P * D;
         for (int c = 0; c < 4 * D; c += 8) _mm256_storeu_ps(keys + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + c))));
         const int n = pairs_in(t, P, P + 3, pairs);
-        for (int x = 0; x < n; x++) {
-            const float *qg = task_q(t, pairs[x]);
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int c = 0; c < D; c += 8) {
-                const __m256 qv = _mm256_loadu_ps(qg + c);
-                a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys + c), a0);
-                a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys + D + c), a1);
-                a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys + 2 * D + c), a2);
-                a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys + 3 * D + c), a3);
-            }
-            const __m128 s = _mm_mul_ps(reduce_4keys_avx2(a0, a1, a2, a3), _mm_set1_ps(t->scale));
-            const int r = t->row[pairs[x]];
-            if (block_inside(t, pairs[x], P, 4)) { _mm_storeu_ps(task_scores(t, pairs[x]) + (P - t->lo[r]), s); continue; }
-            float tmp[4];
-            _mm_storeu_ps(tmp, s);
-            store_some(t, pairs[x], P, tmp, 4);
+        int x = 0;
+        for (; x + ATTN_SCORE_PAIRS <= n; x += ATTN_SCORE_PAIRS) score_4keys_avx2(t, pairs + x, ATTN_SCORE_PAIRS, keys, P);
+        switch (n - x) {
+            case 2: score_4keys_avx2(t, pairs + x, 2, keys, P); break;
+            case 1: score_4keys_avx2(t, pairs + x, 1, keys, P); break;
+            default: break;
         }
     }
     score_keys_one_by_one(t, P);
@@ -316,7 +336,14 @@ static inline __attribute__((always_inline)) void value_chunk_avx2(const value_p
         case 2: CHUNK(vp, t->scores, t->vc, t->D, c, 2, H); break;                                            \
         default: CHUNK(vp, t->scores, t->vc, t->D, c, 1, H);                                                  \
     }
-static AP_NOINLINE void value_pass_avx2(const attn_task *t, const value_pass *vp) { VALUE_PASS(value_chunk_avx2, 0, t->D, 8, 1) }
+// two chunks a pass where the head dimension allows (passes of at most ATTN_VALUE_PAIRS_AVX2 pairs: 12 sums,
+// two value vectors and a score's broadcast in the 16 registers): a score's broadcast serves two multiply-adds
+// (one a multiply-add, with the prefetch, kept a 64-row chunk's values at 4,000 positions on the load ports)
+static AP_NOINLINE void value_pass_avx2(const attn_task *t, const value_pass *vp) {
+    const int paired = t->D - t->D % 16;
+    VALUE_PASS(value_chunk_avx2, 0, paired, 16, 2)
+    VALUE_PASS(value_chunk_avx2, paired, t->D, 8, 1)
+}
 
 #ifdef AP_AVX512
 #define WIDEN16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
@@ -337,11 +364,11 @@ static AP_NOINLINE void value_pass_avx512(const attn_task *t, const value_pass *
 // pairs (the pairs split evenly over the passes), then times 1 / sum
 static AP_NOINLINE void values_task(const attn_task *t, const float *inv_sum, int *pairs, int wide) {
     const int all = t->R * t->G;
-    (void)wide;
     for (int i = 0; i < all; i++) memset(task_out(t, i), 0, sizeof(float) * (size_t)t->D);
     for (int a = t->first; a <= t->last; a += ATTN_VALUE_BLOCK) {
         const int b = a + ATTN_VALUE_BLOCK - 1 < t->last ? a + ATTN_VALUE_BLOCK - 1 : t->last;
-        const int n = pairs_in(t, a, b, pairs), passes = (n + ATTN_VALUE_PAIRS - 1) / ATTN_VALUE_PAIRS;
+        const int per_pass = wide ? ATTN_VALUE_PAIRS : ATTN_VALUE_PAIRS_AVX2;
+        const int n = pairs_in(t, a, b, pairs), passes = (n + per_pass - 1) / per_pass;
         for (int x = 0, k0 = 0; x < passes; x++) {
             const int count = (n - k0) / (passes - x);
             value_pass vp;
