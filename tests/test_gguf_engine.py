@@ -236,3 +236,27 @@ def test_a_prompt_past_the_drafts_context_drafts_and_equals_the_target_alone():
     assert not assisted.stats.draft_failed, assisted.stats.draft_failure_reason
     assert assisted.stats.draft_tokens_proposed > 0
     assert assisted.target_ids == alone.target_ids
+
+
+def test_a_prompt_read_whole_in_chunks_or_after_a_cached_prefix_gives_the_same_bits(monkeypatch):
+    """Chunking invariance: a prompt read in one piece, in chunks of 64 or 512, or as a cached prefix then
+    the rest (a previous request's cache) leaves bitwise the same KV cache and first token's logits."""
+    from anypair.backends import quantized_gguf
+
+    backend = _backend(QWEN05, context=800)
+    ids = _real_text_ids(QWEN05, 700)
+
+    def read(chunk: int, prefix: int = 0) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        monkeypatch.setattr(quantized_gguf, "PREFILL_CHUNK", chunk)
+        backend.reset()
+        if prefix:
+            backend.extend(ids[:prefix])
+        logits = backend.extend(ids[prefix:]).clone()
+        caches = [c[0, :, :len(ids)].clone() for layer in backend.layers for c in (layer.k_cache, layer.v_cache)]
+        return logits, caches
+
+    whole_logits, whole_kv = read(len(ids))
+    for chunk, prefix in ((64, 0), (512, 0), (256, 300)):
+        logits, kv = read(chunk, prefix)
+        assert torch.equal(logits, whole_logits), f"chunks of {chunk}, cached prefix {prefix}: first token's logits differ"
+        assert all(torch.equal(a, b) for a, b in zip(kv, whole_kv)), f"chunks of {chunk}, prefix {prefix}: KV differs"
