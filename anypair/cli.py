@@ -241,6 +241,10 @@ def run_bench_cmd(args) -> int:
 
         return run_target_shape_cmd(args, _contexts(args.verify_contexts))
     _checked_options(args, drafter="model")
+    if args.prefill is not None:
+        from anypair.benchmarking.prefill import run_prefill_cmd
+
+        return run_prefill_cmd(args)
     if args.sweep:
         from anypair.benchmarking.sweep import run_sweep_cmd
 
@@ -423,7 +427,21 @@ def build_parser() -> argparse.ArgumentParser:
     seed.add_argument("--step-repeats", type=int, default=5, help="timed calls per k and context (median; default 5)")
     seed.add_argument("--load-repeats", type=int, default=2, help="loads per engine, each in a child process (default 2)")
     seed.add_argument("--prefill-tokens", type=int, default=1000, help="prompt tokens read in the prefill timing (0: none)")
-    seed.add_argument("--plot", help="save a plot of ms by k for both engines to this path (.png)")
+    seed.add_argument("--plot", help="save a plot to this path (.png): with --target-shape ms by k for both engines, "
+                                     "with --prefill time to first token against prompt length")
+    prefill = b.add_argument_group(
+        "time to first token on long prompts (--prefill): the gguf engine reading a real text (QMSum meeting "
+        "transcripts, or the packaged CNN/DailyMail articles) from an empty cache, beside llama.cpp alone on the "
+        "same GGUF and, where given, OpenVINO GenAI; the draft's read of its window of the same text too")
+    prefill.add_argument("--prefill", metavar="LENGTHS",
+                         help="comma-separated prompt lengths in target tokens, e.g. 1024,4096,8192,16384 (--repeats "
+                              "times each, engines alternating, medians; --json, --plot; --no-llama-cpp; --drafter "
+                              "lookup leaves the draft's read out)")
+    prefill.add_argument("--openvino-python", metavar="PATH",
+                         help="with --prefill: the python of a virtual environment with openvino-genai installed "
+                              "(e.g. openvino==2026.4.1 openvino-genai==2026.4.1.0 openvino-tokenizers==2026.4.1.0): "
+                              "OpenVINO GenAI reads the same prompts from the same GGUF in a process of its own, same "
+                              "threads, its prefix cache off; where it fails, one line says so and the bench goes on")
     b.set_defaults(func=run_bench_cmd)
     return parser
 

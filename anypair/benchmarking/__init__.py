@@ -8,4 +8,6 @@
 - `report`: per-run figures, medians and speedups, the rich tables and the JSON file
 - `costs`: what scoring k tokens costs the target, and one draft step
 - `bench`: `anypair bench`, built from the parts above
+- `prefill`: `anypair bench --prefill`, time to first token on long prompts beside llama.cpp and
+  OpenVINO GenAI (`openvino_prefill`: its child process)
 """

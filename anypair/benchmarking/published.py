@@ -343,13 +343,33 @@ def _serve(table: Table, records: list[dict]) -> list[str]:
 
 
 def _prefill(table: Table, records: list[dict]) -> list[str]:
-    """evaluation/bench_prefill.py: reading a prompt, both engines on the target's GGUF."""
+    """`anypair bench --prefill` (and evaluation/bench_prefill.py): time to first token from an empty cache
+    per prompt length, the engines on the target's GGUF, OpenVINO GenAI and the draft's read where run."""
     record = records[0]
-    lines = [f"`{record['gguf']}`, {record['threads']} threads.", ""]
-    lines += _header("prompt tokens", "anypair (gguf engine), tok/s", "llama.cpp, tok/s", "anypair / llama.cpp")
-    for length, figures in record["lengths"].items():
-        rates = figures["tokens_per_second"]
-        lines.append(_row(length, f"{rates['gguf']:.1f}", f"{rates['llama.cpp']:.1f}", _x(figures["gguf_over_llama_cpp"])))
+    rows = record["lengths"]
+    settings = record.get("settings") or {}
+    engines = [e for e in ("gguf", "llama.cpp", "openvino") if any(e in r["tokens_per_second"] for r in rows.values())]
+    names = {"gguf": "anypair (gguf engine)", "llama.cpp": "llama.cpp", "openvino": "OpenVINO GenAI"}
+    has_draft = any("draft" in r for r in rows.values())
+    text = f" Text: {settings['text']}." if settings.get("text") else ""
+    draft = f" Draft `{settings['draft']}`." if has_draft and settings.get("draft") else ""
+    lines = [f"`{record['gguf']}`, {record['threads']} threads, from an empty cache, medians.{text}{draft}", ""]
+    lines += _header("prompt tokens", *(f"{names[e]}, s / tok/s" for e in engines),
+                     *(["anypair / llama.cpp"] if "llama.cpp" in engines else []),
+                     *(["anypair / OpenVINO"] if "openvino" in engines else []),
+                     *(["the draft's read: tokens, s"] if has_draft else []))
+    for length, figures in rows.items():
+        seconds, rates = figures.get("seconds") or {}, figures["tokens_per_second"]
+        cells = [f"{seconds[e]:.2f} / {rates[e]:.1f}" if e in rates and e in seconds else
+                 f"– / {rates[e]:.1f}" if e in rates else "–" for e in engines]
+        if "llama.cpp" in engines:
+            cells.append(_x(figures.get("gguf_over_llama_cpp")))
+        if "openvino" in engines:
+            cells.append(_x(figures.get("gguf_over_openvino")))
+        if has_draft:
+            read = figures.get("draft")
+            cells.append(f"{read['tokens']}, {read['seconds']:.2f}" if read else "–")
+        lines.append(_row(length, *cells))
     return lines
 
 
