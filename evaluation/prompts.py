@@ -8,23 +8,20 @@
 - SCROLLS QMSum: the ZeroSCROLLS layout (instruction, transcript, query, "Answer:").
 Chat/instruct models (those whose tokenizer carries a chat template) get their chat template.
 
-Long inputs are cut to `max_prompt_tokens` (target tokens, whole prompt): the transcript or
-article loses its end, the instruction and the query are never cut. The default is 1024
-tokens because prefill is what a long prompt costs here: on a 2-core CPU every method pays the
-target's (and the draft's) prefill on every example, ~10k-word QMSum meetings are ~13k tokens,
-and prefilling that many tokens with a 1.5B model takes minutes, which would swamp the decode
-time that speculative decoding is about. 1024 also keeps almost every CNN/DailyMail article whole.
+Documents are read whole: a QMSum meeting (~10k words, ~13k tokens) as SCROLLS gives it. Where a
+limit is asked for (`max_prompt_tokens`, target tokens, whole prompt; `evaluation/run.py` defaults it
+to what the target's context leaves beside the new tokens), the transcript or article loses its end
+at a line end; the instruction and the query are never cut.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Optional
 
 from anypair.benchmarking.prompts import BenchPrompt, encode_prompt
 
 from evaluation.data import Example
-
-DEFAULT_MAX_PROMPT_TOKENS = 1024
 
 SUMMARIZE_INSTRUCTION = "Summarize the following news article in a few sentences."
 QMSUM_INSTRUCTION = (
@@ -111,17 +108,21 @@ def build_summary_prompt(example: Example, tokenizer, max_prompt_tokens: int) ->
         budget -= prompt_tokens - max_prompt_tokens
 
 
-def build_prompt(example: Example, tokenizer, max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS) -> BuiltPrompt:
-    """The prompt for `example`, in the target tokenizer's terms."""
+def build_prompt(example: Example, tokenizer, max_prompt_tokens: Optional[int] = None) -> BuiltPrompt:
+    """The prompt for `example`, in the target tokenizer's terms; None: no limit (the document whole)."""
     if example.task == "humaneval":
         text, uses_chat = humaneval_prompt_parts(example, tokenizer)
         prompt_tokens = len(encode_prompt(tokenizer, text, uses_chat))
-        if prompt_tokens > max_prompt_tokens:
+        if max_prompt_tokens is not None and prompt_tokens > max_prompt_tokens:
             raise PromptError(
                 f"{example.example_id}: the HumanEval prompt is {prompt_tokens} tokens and code cannot be cut; "
                 f"raise --max-prompt-tokens to at least that"
             )
         return BuiltPrompt(text=text, uses_chat_template=uses_chat, prompt_tokens=prompt_tokens, truncated=False)
+    if max_prompt_tokens is None:
+        text, uses_chat = render(tokenizer, summary_user_message(example, example.document))
+        return BuiltPrompt(text=text, uses_chat_template=uses_chat,
+                           prompt_tokens=len(encode_prompt(tokenizer, text, uses_chat)), truncated=False)
     return build_summary_prompt(example, tokenizer, max_prompt_tokens)
 
 

@@ -50,6 +50,8 @@ class MethodSummary:
     rouge: Optional[dict[str, float]]  # summaries: mean F-measures in percent
     failed: int = 0  # examples where the method raised (not in n or any figure)
     errors: list[str] = field(default_factory=list)  # their distinct messages
+    # the request end to end (prompt read, every token): the figure time to first token is a part of
+    total_time_s_median: Optional[float] = None
 
 
 @dataclass
@@ -61,7 +63,7 @@ class RunSettings:
     n_requested: int  # --n: examples asked for per task
     max_new_tokens: int
     temperature: float
-    max_prompt_tokens: int
+    max_prompt_tokens: Optional[int]  # None: documents whole, up to the target's context
     engines: str  # the target's weights and the draft's engine, as asked for
     threads: int
     data_source: str
@@ -158,6 +160,7 @@ def summarize_group(records: Sequence[ExampleRecord], baseline_by_example: dict[
         rouge=rouge,
         failed=len(failures),
         errors=errors,
+        total_time_s_median=statistics.median(r.total_time_s for r in records),
     )
 
 
@@ -218,15 +221,15 @@ def markdown_table(summaries: Sequence[MethodSummary]) -> str:
     """One row per (task, method, draft); a tok/s-over-llama.cpp column when llama.cpp alone ran."""
     with_llama_cpp = any(s.method == LLAMA_CPP_ALONE for s in summaries)
     header = (
-        "| task | method (draft) | n | speedup median [95% CI] | speedup geo-mean [95% CI] | tok/s | TTFT s "
-        "| acceptance | accepted/round | ran the target alone | identical to baseline | quality |"
-        + (" tok/s over llama.cpp alone, median [95% CI] |" if with_llama_cpp else "")
+        "| task | method (draft) | n | speedup median [95% CI] | speedup geo-mean [95% CI] | tok/s | prompt tokens "
+        "| TTFT s | end-to-end s | acceptance | accepted/round | ran the target alone | identical to baseline "
+        "| quality |" + (" tok/s over llama.cpp alone, median [95% CI] |" if with_llama_cpp else "")
     )
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for s in summaries:
         if s.n == 0:
             lines.append(f"| {s.task} | {method_label(s)} | 0 ({s.failed} failed) | failed: {'; '.join(s.errors)[:160]} "
-                         "| – | – | – | – | – | – | – | – |" + (" – |" if with_llama_cpp else ""))
+                         "| – | – | – | – | – | – | – | – | – | – |" + (" – |" if with_llama_cpp else ""))
             continue
         lines.append(
             "| "
@@ -238,7 +241,9 @@ def markdown_table(summaries: Sequence[MethodSummary]) -> str:
                     speedup_cell(s, "median"),
                     speedup_cell(s, "geometric_mean"),
                     f"{s.tokens_per_second_mean:.2f}",
+                    f"{s.prompt_tokens_mean:.0f}",
                     f"{s.time_to_first_token_s_median:.2f}",
+                    format_optional(s.total_time_s_median, "{:.2f}"),
                     format_optional(s.acceptance_rate_mean, "{:.2f}"),
                     format_optional(s.mean_accepted_per_round, "{:.2f}"),
                     "–" if s.drafting_skipped is None else f"{s.drafting_skipped}/{s.n}",
@@ -291,6 +296,12 @@ def glance_table(summaries: Sequence[MethodSummary]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def prompts_phrase(settings: RunSettings) -> str:
+    if settings.max_prompt_tokens is None:
+        return "documents whole (prompts up to the target's context)"
+    return f"prompts cut to {settings.max_prompt_tokens} tokens"
+
+
 def settings_lines(settings: RunSettings) -> str:
     machine = settings.machine
     versions = ", ".join(f"{k} {v}" for k, v in settings.versions.items())
@@ -298,7 +309,7 @@ def settings_lines(settings: RunSettings) -> str:
         f"Target `{settings.target}`; drafts {', '.join(f'`{d}`' for d in settings.drafts) or 'none'}; "
         f"{examples_phrase(settings)}; {settings.max_new_tokens} new tokens; "
         f"{'greedy' if settings.temperature == 0 else f'temperature {settings.temperature}'}; "
-        f"prompts cut to {settings.max_prompt_tokens} tokens; {settings.engines}; {settings.threads} threads.\n\n"
+        f"{prompts_phrase(settings)}; {settings.engines}; {settings.threads} threads.\n\n"
         f"Machine: {machine.get('cpu')} ({machine.get('logical_cpus')} logical CPUs, {machine.get('memory')}), "
         f"{machine.get('platform')}. Versions: {versions}.\n\nCommand: `{settings.command}`\n"
     )

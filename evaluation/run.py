@@ -2,12 +2,13 @@
 universal assisted generation and llama.cpp alone on the target's GGUF, on HumanEval, SCROLLS QMSum
 and CNN/DailyMail.
 
-    python evaluation/run.py --out evaluation/measured/pairs128_n20     # the published run
+    python evaluation/run.py --max-prompt-tokens 1024 --out evaluation/measured/pairs128_n20  # the published run
     python evaluation/run.py --report-only --out evaluation/measured/pairs128_n20
 
-The defaults are the published run: the three pairs (Qwen2.5-Coder-1.5B-Instruct with SmolLM2-135M-Instruct,
-gemma-3-270m and Qwen2.5-Coder-0.5B-Instruct), all three tasks, 20 examples per task, 128 new tokens,
-greedy. Each model is loaded once and shared by every method. On each example the methods run one
+The defaults are the published run's pairs and tasks: the three pairs (Qwen2.5-Coder-1.5B-Instruct with
+SmolLM2-135M-Instruct, gemma-3-270m and Qwen2.5-Coder-0.5B-Instruct), all three tasks, 20 examples per
+task, 128 new tokens, greedy; documents are read whole (QMSum meetings as SCROLLS gives them; that run
+cut them to 1,024 tokens). Each model is loaded once and shared by every method. On each example the methods run one
 after another (the baseline first, the others in an order that rotates from example to
 example), so slow drift of the machine falls on all of them alike; every method is warmed up
 before anything is timed. Each finished (task, example, method, draft) is appended to
@@ -43,7 +44,7 @@ from evaluation.methods import (
     build_method,
 )
 from evaluation.metrics import execute_humaneval, rouge_scores
-from evaluation.prompts import DEFAULT_MAX_PROMPT_TOKENS, BuiltPrompt, build_prompt, humaneval_completion, summary_text
+from evaluation.prompts import BuiltPrompt, PromptError, build_prompt, humaneval_completion, summary_text
 from evaluation.records import (
     ExampleRecord,
     RecordStore,
@@ -74,6 +75,8 @@ DEFAULT_DRAFTS = ("HuggingFaceTB/SmolLM2-135M-Instruct", "google/gemma-3-270m", 
 DEFAULT_N = 20
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 WARM_UP_TOKENS = 8
+#: the warm-up's prompt is cut to this (a whole meeting would cost every method minutes, untimed)
+WARM_UP_PROMPT_TOKENS = 512
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -95,14 +98,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument(
         "--max-prompt-tokens",
         type=int,
-        default=DEFAULT_MAX_PROMPT_TOKENS,
+        default=None,
         help=(
-            "whole-prompt limit in target tokens (default %(default)s). Longer SCROLLS transcripts and news "
-            "articles lose their end, at a line end; the instruction and the query are never cut. Why a limit: "
-            "every method pays the target's (and the draft's) prefill on every example, QMSum meetings are "
-            "~10-15k tokens, and on a 2-core CPU prefilling that many tokens with a 1.5B model takes minutes, "
-            "which would swamp the decode time that speculative decoding speeds up. 1024 keeps most "
-            "CNN/DailyMail articles whole; raise it on a bigger machine"
+            "whole-prompt limit in target tokens (default: what the target's context leaves beside "
+            "--max-new-tokens, so QMSum meetings (~13k tokens) and news articles are read whole, as SCROLLS gives "
+            "them). A smaller limit, e.g. 1024, cuts the transcript or article at a line end; the instruction and "
+            "the query are never cut"
         ),
     )
     parser.add_argument("--weights", "--dtype", dest="weights", default="auto", choices=["auto", "fp32", "fp16", "bf16"],
@@ -130,6 +131,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error(f"methods {', '.join(METHODS_NEEDING_DRAFT)} need --draft")
     if args.n < 1 or args.max_new_tokens < 1 or args.threads < 1:
         parser.error("--n, --max-new-tokens and --threads must be positive")
+    if args.max_prompt_tokens is not None and args.max_prompt_tokens < 1:
+        parser.error("--max-prompt-tokens must be positive (leave it out to read every document whole)")
     return args
 
 
@@ -255,9 +258,11 @@ def pending_work(store: RecordStore, examples_by_task: dict[str, list[Example]],
 
 
 def run_examples(methods: Sequence[Method], store: RecordStore, examples_by_task: dict[str, list[Example]],
-                 decoding: Decoding, prompt_for: Callable[[Example], BuiltPrompt]) -> None:
+                 decoding: Decoding, prompt_for: Callable[[Example], BuiltPrompt],
+                 warm_up_prompt_for: Optional[Callable[[Example], BuiltPrompt]] = None) -> None:
     """Every (example, method) not in `store` yet, example after example, appended as soon as it is done.
-    `methods[0]` is the baseline: it runs first on each example, the others in a rotating order."""
+    `methods[0]` is the baseline: it runs first on each example, the others in a rotating order. The
+    warm-up reads `warm_up_prompt_for(first example)` (default: its prompt)."""
     from tqdm import tqdm
 
     greedy = not decoding.do_sample
@@ -266,7 +271,7 @@ def run_examples(methods: Sequence[Method], store: RecordStore, examples_by_task
         return
     first_example = next(iter(examples_by_task.values()))[0]
     # one short untimed generation per method: first calls pay for allocations and caches
-    warm_up(methods, prompt_for(first_example), Decoding(max_new_tokens=WARM_UP_TOKENS))
+    warm_up(methods, (warm_up_prompt_for or prompt_for)(first_example), Decoding(max_new_tokens=WARM_UP_TOKENS))
     # the bar counts generations still to do (a resumed run starts from what is recorded); its ETA is
     # their mean time so far (smoothing 0), steadier than a recent rate when tasks alternate
     progress = tqdm(total=remaining, unit="gen", desc="evaluating", dynamic_ncols=True, smoothing=0.0)
@@ -276,7 +281,8 @@ def run_examples(methods: Sequence[Method], store: RecordStore, examples_by_task
             if store.is_done(task, example.example_id, method.name, method.draft_name):
                 continue
             prompt = prompt or prompt_for(example)
-            progress.set_postfix_str(f"{task} {example.example_id} {method.name}", refresh=True)
+            progress.set_postfix_str(f"{task} {example.example_id} {method.name}, {prompt.prompt_tokens} prompt tokens",
+                                     refresh=True)
             try:
                 output = method.generate(prompt, decoding)
             except Exception as error:  # one method failing on one example must not end the run
@@ -305,8 +311,26 @@ def run_all(args: argparse.Namespace, store: RecordStore, examples_by_task: dict
                                  needs_torch_target=any(m in TRANSFORMERS_METHODS for m in args.method_names))
     methods = build_methods(args.method_names, target, drafts, args.threads)
     decoding = Decoding(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
-    run_examples(methods, store, examples_by_task, decoding,
-                 lambda example: build_prompt(example, target.member.hf_tokenizer, args.max_prompt_tokens))
+    limit = prompt_limit(args.max_prompt_tokens, target.member.backend.max_context, args.max_new_tokens)
+    print(f"prompts: {'cut to' if args.max_prompt_tokens else 'read whole, up to'} {limit} target tokens"
+          + ("" if args.max_prompt_tokens else f" (the target's context of {target.member.backend.max_context} "
+                                               f"less {args.max_new_tokens} new tokens)"), file=sys.stderr, flush=True)
+    tokenizer = target.member.hf_tokenizer
+    run_examples(methods, store, examples_by_task, decoding, lambda example: build_prompt(example, tokenizer, limit),
+                 lambda example: warm_up_prompt(example, tokenizer, limit))
+
+
+def prompt_limit(asked: Optional[int], context: int, max_new_tokens: int) -> int:
+    """--max-prompt-tokens as asked, else what the target's context leaves beside the new tokens."""
+    return asked if asked is not None else max(1, context - max_new_tokens)
+
+
+def warm_up_prompt(example: Example, tokenizer, limit: int) -> BuiltPrompt:
+    """The warm-up's prompt: the example's, cut to WARM_UP_PROMPT_TOKENS where it can be (code cannot)."""
+    try:
+        return build_prompt(example, tokenizer, min(limit, WARM_UP_PROMPT_TOKENS))
+    except PromptError:
+        return build_prompt(example, tokenizer, limit)
 
 
 def result_settings(args: argparse.Namespace) -> dict:

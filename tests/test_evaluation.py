@@ -247,6 +247,14 @@ def test_report_files_from_synthetic_records(tmp_path):
     assert len(saved["examples"]) == 16 and len(saved["summaries"]) == 4
     table = (tmp_path / report.REPORT_MARKDOWN).read_text()
     assert "| cnn_dailymail | anypair (Draft-A) | 4 | 2.25 [" in table and "pass@1 50.0%" in table
+    # time to first token beside the request end to end (medians), with the prompt's length
+    assert "| tok/s | prompt tokens | TTFT s | end-to-end s |" in table
+    assert anypair_cnn.time_to_first_token_s_median == 0.4 and anypair_cnn.total_time_s_median == pytest.approx(7.2)
+    assert "| 4.50 | 100 | 0.40 | 7.20 |" in table  # 32 tokens at 3-6 tok/s: 10.7, 8, 6.4, 5.3 s
+    assert "| 2.00 | 100 | 0.40 | 16.00 |" in table  # the baseline
+    assert "prompts cut to 1024 tokens" in table
+    settings.max_prompt_tokens = None
+    assert "documents whole (prompts up to the target's context)" in report.settings_lines(settings)
     assert "Command: `python evaluation/run.py --n 4`" in table
     png = (tmp_path / report.REPORT_PLOT).read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 5000
@@ -289,6 +297,17 @@ def test_run_cli_arguments():
         run.parse_args(["--methods", "beam-search"])
 
 
+def test_documents_are_read_whole_by_default_and_a_limit_still_cuts_them():
+    args = run.parse_args([])
+    assert args.max_prompt_tokens is None and run.result_settings(args)["max_prompt_tokens"] is None
+    # whole: what the target's context leaves beside the new tokens (a 13k-token meeting fits 32k)
+    assert run.prompt_limit(None, 32768, 128) == 32640
+    assert run.prompt_limit(1024, 32768, 128) == 1024
+    assert run.parse_args(["--max-prompt-tokens", "1024"]).max_prompt_tokens == 1024
+    with pytest.raises(SystemExit):
+        run.parse_args(["--max-prompt-tokens", "0"])
+
+
 # ---- prompts, with the real Qwen2.5 tokenizer ---------------------------------------------------
 
 
@@ -322,6 +341,19 @@ def test_a_prompt_that_fits_is_left_whole(qwen_tokenizer):
     built = prompts.build_prompt(example, qwen_tokenizer, max_prompt_tokens=4096)
     assert not built.truncated and example.document in built.text
     assert built.text.startswith("<|im_start|>system\n") and prompts.SUMMARIZE_INSTRUCTION in built.text
+
+
+def test_a_meeting_is_read_whole_without_a_limit_and_the_warm_up_reads_a_short_cut(qwen_tokenizer, monkeypatch):
+    example = data.load_task("scrolls")[0]
+    whole = prompts.build_prompt(example, qwen_tokenizer)  # no limit: the document whole
+    assert not whole.truncated and example.document in whole.text and whole.prompt_tokens > 5000
+    assert whole.prompt_tokens == len(qwen_tokenizer(whole.text, add_special_tokens=False)["input_ids"])
+    assert prompts.build_prompt(example, qwen_tokenizer, whole.prompt_tokens).text == whole.text
+    warm = run.warm_up_prompt(example, qwen_tokenizer, run.prompt_limit(None, 32768, 128))
+    assert warm.truncated and warm.prompt_tokens <= run.WARM_UP_PROMPT_TOKENS
+    code = data.load_task("humaneval")[0]  # code is never cut: past the warm-up's length, its own prompt
+    monkeypatch.setattr(run, "WARM_UP_PROMPT_TOKENS", 20)
+    assert run.warm_up_prompt(code, qwen_tokenizer, 32640).text == prompts.build_prompt(code, qwen_tokenizer).text
 
 
 def test_humaneval_prompt_opens_the_reply_with_the_function(qwen_tokenizer):
@@ -402,6 +434,68 @@ def test_an_interrupted_run_continues_without_redoing_what_is_recorded(tmp_path)
     third_log = []
     scripted_run(tmp_path, third_log, {})
     assert third_log == []  # everything recorded: nothing runs again
+
+
+def test_the_warm_up_reads_its_own_short_prompt_and_every_timed_call_the_whole_one(tmp_path):
+    from anypair.benchmarking.methods import Decoding
+
+    seen = []
+
+    class Logging(ScriptedEvaluationMethod):
+        def generate(self, prompt, decoding):
+            seen.append((self.name, decoding.max_new_tokens == run.WARM_UP_TOKENS, prompt.text))
+            return super().generate(prompt, decoding)
+
+    examples = {"scrolls": [data.Example(task="scrolls", example_id="m", document="a long meeting", reference="x")]}
+
+    def built(text):
+        return prompts.BuiltPrompt(text=text, prompt_tokens=3, truncated=False, uses_chat_template=False)
+
+    methods = [Logging("target", [], {}), Logging("llama.cpp-alone", [], {})]
+    run.run_examples(methods, records.RecordStore(tmp_path), examples, Decoding(max_new_tokens=16),
+                     lambda e: built("whole: " + e.document), lambda e: built("cut"))
+    assert [(name, text) for name, warm, text in seen if warm] == [("target", "cut"), ("llama.cpp-alone", "cut")]
+    assert {text for _, warm, text in seen if not warm} == {"whole: a long meeting"}
+    store = records.RecordStore(tmp_path)  # each whole meeting's generation is on disk as soon as it ends
+    assert store.is_done("scrolls", "m", "target", "") and store.is_done("scrolls", "m", "llama.cpp-alone", "")
+
+
+def test_the_published_evaluation_table_shows_both_times_where_the_record_has_them():
+    from anypair.benchmarking import published
+
+    settings = dict(target="org/Target", n_requested=2, max_new_tokens=128, threads=2, max_prompt_tokens=None)
+    summary = dict(task="scrolls", method="llama.cpp-alone", draft="", n=2, speedup=None, tokens_per_second_mean=5.0,
+                   prompt_tokens_mean=13210.4, time_to_first_token_s_median=61.25, total_time_s_median=88.5,
+                   rouge={"rouge1": 30.0, "rouge2": 8.0, "rougeLsum": 25.0})
+    table = published.Table("t", "evaluation", ("r.json",), "python evaluation/run.py")
+    lines = published.KINDS["evaluation"](table, [{"settings": settings, "summaries": [summary]}])
+    assert "documents whole" in lines[0]
+    assert "time to first token, s (median)" in lines[2] and "end to end, s (median)" in lines[2]
+    assert "| 5.00 | 13210 | 61.25 | 88.50 |" in lines[4] and "R-1/2/L 30.0/8.0/25.0" in lines[4]
+    del summary["total_time_s_median"]  # a record made before: its table as published
+    assert "end to end" not in published.KINDS["evaluation"](table, [{"settings": settings, "summaries": [summary]}])[2]
+
+
+def test_llama_cpp_alone_grows_its_context_for_a_whole_meeting(zoo_fetch):
+    from types import SimpleNamespace
+
+    from anypair.backends.llama_cpp import llama_cpp_available
+    from anypair.backends.llama_cpp_guard import probe_failure
+    from anypair.backends.sources import gguf_of
+    from anypair.benchmarking.methods import LlamaCppAloneMethod
+    from anypair.errors import InputError
+
+    gguf = gguf_of(QWEN_SMALL)
+    if not llama_cpp_available() or probe_failure(gguf, 1) is not None:
+        pytest.skip("llama.cpp does not run here")
+    method = LlamaCppAloneMethod("llama.cpp-alone", gguf, SimpleNamespace(), threads=1)
+    assert method.llama.n_ctx() == 8192 and method.trained_context == 32768
+    method._hold(8000)
+    assert method.llama.n_ctx() == 8192  # enough already: nothing reloaded
+    method._hold(13210 + 128)
+    assert method.llama.n_ctx() == 14336  # the next 1,024 up
+    with pytest.raises(InputError, match="trained context of 32768"):
+        method._hold(40000)
 
 
 def test_a_finished_run_loads_no_model_when_run_again(tmp_path, monkeypatch, capsys):

@@ -232,9 +232,11 @@ def _k_quant_values(blocks: np.ndarray, type_name: str):
     return f16(208), None, scales, None, values
 
 
-def _k_quant_definition(weight: QuantWeight, x: torch.Tensor, type_name: str) -> torch.Tensor:
+def _k_quant_definition(weight: QuantWeight, x: torch.Tensor, type_name: str, mutation: str = "") -> torch.Tensor:
     """The K-quant definition of ap_common.h computed in numpy from the GGUF's own blocks: exact
-    integers, then float32 steps super-block by super-block; [activation rows, weight rows]."""
+    integers, then float32 steps super-block by super-block; [activation rows, weight rows]. `mutation`
+    changes the float epilogue's order as a kernel might by mistake: "scale" multiplies d * (dx * isum),
+    "blocks" adds the super-blocks' steps last to first."""
     q, dx, s16, s32 = _quantized_activations(x)
     rows, nb = weight.rows, weight.cols // 256
     d, dmin, scales, mins, values = _k_quant_values(weight.data.reshape(rows, nb, -1), type_name)
@@ -245,8 +247,11 @@ def _k_quant_definition(weight: QuantWeight, x: torch.Tensor, type_name: str) ->
     parts = np.einsum("nbji,mbji->nmbj", weights.reshape(rows, nb, -1, per_scale), xs.reshape(len(q), nb, -1, per_scale))
     isum = (scales[:, None] * parts).sum(-1)                                                 # [N, M, nb], exact
     expected = np.zeros((rows, len(q)), dtype=np.float32)
-    for b in range(nb):
-        step = (d[:, b, None] * dx[None, :, b]) * isum[..., b].astype(np.float32)
+    for b in (reversed(range(nb)) if mutation == "blocks" else range(nb)):
+        if mutation == "scale":
+            step = d[:, b, None] * (dx[None, :, b] * isum[..., b].astype(np.float32))
+        else:
+            step = (d[:, b, None] * dx[None, :, b]) * isum[..., b].astype(np.float32)
         if with_minimums:
             msum = (mins[:, None, b, :] * s32[None, :, 8 * b:8 * b + 8]).sum(-1)
             step = step - (dmin[:, b, None] * dx[None, :, b]) * msum.astype(np.float32)
@@ -270,6 +275,23 @@ def test_k_quants_follow_their_definition_bitwise(real_matrices, type_name, rows
     group = LinearGroup([weight])
     for path in ("best", "avx2", "reference"):
         assert torch.equal(group(x, path=path)[0], expected), f"{type_name} {path} path differs from the definition"
+
+
+@pytest.mark.parametrize("type_name", ["Q4_K", "Q5_K", "Q6_K"])
+@pytest.mark.parametrize("mutation", ["scale", "blocks"])
+def test_a_changed_epilogue_order_is_caught(real_matrices, type_name, mutation):
+    """The bitwise tests above can fail: the epilogue in another float order (the scales multiplied the
+    other way round, or the super-blocks added last to first) gives other bits on these matrices, so a
+    kernel whose epilogue strayed from the one-row path's order would be caught, at 1 and at 37 rows."""
+    ggml_type = next(t for t, n in NATIVE_TYPES.items() if n == type_name)
+    weight = real_matrices[ggml_type]
+    group = LinearGroup([weight])
+    for activation_rows in (1, 37):
+        x = _activations(activation_rows, weight.cols, seed=4)
+        kernels = group(x)[0]
+        assert torch.equal(kernels, _k_quant_definition(weight, x, type_name))
+        assert not torch.equal(kernels, _k_quant_definition(weight, x, type_name, mutation)), \
+            f"{type_name}: the {mutation!r} mutation gives the same bits: the bitwise test could not see it"
 
 
 def test_q5_k_at_its_largest_values_stays_exact(real_matrices):

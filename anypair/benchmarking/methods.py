@@ -330,12 +330,12 @@ class TransformersMethod:
 class LlamaCppAloneMethod:
     """The target's GGUF on llama.cpp alone, greedy, through llama-cpp-python's own generate loop:
     what a CPU user runs instead of anypair. Same threads; the GGUF's own (Q4) weights. It reads the
-    prompt with the target's tokenizer and stops at the target's EOS ids, like every other method."""
+    prompt with the target's tokenizer and stops at the target's EOS ids, like every other method.
+    Its context starts at llama.cpp's default (8,192) and grows, before the clock starts, for a request
+    that needs more (a whole meeting transcript), up to the model's trained context."""
 
     def __init__(self, name: str, gguf_path: Path, target: LoadedModel, threads: int) -> None:
-        from llama_cpp import Llama
-
-        from anypair.backends.llama_cpp import DEFAULT_CONTEXT, PREFILL_CHUNK
+        from anypair.backends.llama_cpp import DEFAULT_CONTEXT
         from anypair.backends.llama_cpp_guard import require_llama_cpp_runs
 
         require_llama_cpp_runs(gguf_path, threads)
@@ -343,13 +343,38 @@ class LlamaCppAloneMethod:
         self.draft_name = ""
         self.keyed_sampling = False  # greedy only
         self.target = target
-        self.llama = Llama(str(gguf_path), n_ctx=DEFAULT_CONTEXT, n_batch=PREFILL_CHUNK, n_threads=threads,
-                           n_threads_batch=threads, logits_all=False, verbose=False)
+        self.gguf_path, self.threads = gguf_path, threads
+        from anypair.tokenization.gguf_vocab import read_gguf_metadata
+
+        metadata = read_gguf_metadata(Path(gguf_path))
+        self.trained_context = next((int(v) for k, v in metadata.items() if k.endswith(".context_length")),
+                                    DEFAULT_CONTEXT)
+        self.llama = self._open(min(DEFAULT_CONTEXT, self.trained_context))
+
+    def _open(self, context: int):
+        from llama_cpp import Llama
+
+        from anypair.backends.llama_cpp import PREFILL_CHUNK
+
+        return Llama(str(self.gguf_path), n_ctx=context, n_batch=PREFILL_CHUNK, n_threads=self.threads,
+                     n_threads_batch=self.threads, logits_all=False, verbose=False)
+
+    def _hold(self, positions: int) -> None:
+        """A context of at least `positions` (in steps of 1,024, at most the trained context)."""
+        if positions <= self.llama.n_ctx():
+            return
+        trained = self.trained_context
+        if positions > trained:
+            raise InputError(f"{self.name}: {positions} positions (prompt and new tokens) exceed the model's trained "
+                             f"context of {trained} tokens")
+        self.llama.close()
+        self.llama = self._open(min(trained, -(-positions // 1024) * 1024))
 
     def generate(self, prompt: BenchPrompt, decoding: Decoding) -> MethodOutput:
         if decoding.do_sample:
             raise InputError(f"{self.name} runs greedy only: benchmark sampling without it (--no-llama-cpp)")
         prompt_ids = prompt.target_ids(self.target.hf_tokenizer)
+        self._hold(len(prompt_ids) + decoding.max_new_tokens)
         eos_ids = frozenset() if decoding.ignore_eos else self.target.eos_ids
         self.llama.reset()
         new: list[int] = []

@@ -73,9 +73,10 @@ def step_bytes_and_macs(backend, context: int, k: int) -> tuple[int, int]:
 
 
 def profile_steps(backend, text_ids: Sequence[int], contexts: Sequence[int], ks: Sequence[int],
-                  repeats: int = 5) -> list[StepProfile]:
-    """Median time of a k-token step (all logits, as verification scores them) after each context,
-    with the mean time per part over the same calls. The cache is cropped back after each call."""
+                  repeats: int = 5, all_logits: bool = True) -> list[StepProfile]:
+    """Median time of a k-token step (all logits, as verification scores them; `all_logits=False`: the
+    last row's only, as a prompt chunk's read) after each context, with the mean time per part over the
+    same calls. The cache is cropped back after each call."""
     if not hasattr(backend, "start_profile"):
         raise ValueError(f"{type(backend).__name__} has no profile: the roofline needs the gguf engine")
     profiles = []
@@ -83,13 +84,13 @@ def profile_steps(backend, text_ids: Sequence[int], contexts: Sequence[int], ks:
         prompt = (list(text_ids) * (context // max(len(text_ids), 1) + 1))[:context]
         backend.reset()
         backend.prefill(prompt)
-        filler = (list(prompt[-16:]) * 2)
+        filler = list(prompt[-16:]) * (max(ks) // 16 + 1)
         for k in ks:
             samples, parts = [], {}
             for repeat in range(repeats + 1):  # the first call is not counted: it may allocate
                 backend.start_profile()
                 t0 = time.perf_counter()
-                logits = backend.extend(filler[:k], all_logits=True)
+                logits = backend.extend(filler[:k], all_logits=all_logits)
                 t1 = time.perf_counter()
                 logits.argmax(-1)
                 t2 = time.perf_counter()
