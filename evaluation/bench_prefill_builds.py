@@ -3,8 +3,9 @@ process per (checkout, length, repeat), the checkouts alternating, so that a rel
 the one before it on the same machine in the same hour.
 
 Each child imports anypair from its checkout, loads the target on the gguf engine (context = the length
-plus 64), reads 128 tokens to warm it, then times one read of the whole prompt from an empty cache and
-prints the seconds and the first token's logits' checksum (every checkout must agree on the token).
+plus 64), waits for the load's background work (the weights' move onto 2 MB pages, the layout cache's
+write), reads 128 tokens to warm it, then times one read of the whole prompt from an empty cache and
+prints the seconds and the first token (every checkout must agree on it).
 
     git worktree add /tmp/before v0.1.0
     python evaluation/bench_prefill_builds.py --builds /tmp/before . --lengths 1024,4096,8192 --json out.json
@@ -25,6 +26,11 @@ from anypair.backends.quantized_gguf import QuantizedGGUFBackend
 gguf, n, threads, path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 ids = json.load(open(path))[:n]
 engine = QuantizedGGUFBackend(gguf, threads=threads, context=n + 64)
+from anypair.kernels.huge_pages import wait_for_collapse
+wait_for_collapse()  # the load's background work (weights onto 2 MB pages) off the other core first
+committer = getattr(engine.layout_cache, "_committer", None)
+if committer is not None:
+    committer.join()
 engine.extend(ids[:128])
 engine.reset()
 started = time.perf_counter()

@@ -64,7 +64,6 @@ class _LedgerEntry:
     decision: LedgerDecision
 
 
-
 class AnyPairGenerator:
     """Speculative decoding of `target` with `draft`, whatever their tokenizers.
 
