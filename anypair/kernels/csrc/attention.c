@@ -191,8 +191,14 @@ static inline __m128 reduce_4keys_avx2(__m256 k0, __m256 k1, __m256 k2, __m256 k
 // the pipes a quarter busy (2 threads, Qwen2.5-1.5B's heads, a 64-row chunk at 4,000 positions: 0.55
 // multiply-adds a cycle); each score's 8 lanes add the same products in the same order as before.
 #define ATTN_SCORE_PAIRS 3
+// up to this many pairs a block (a decode step's or a short verification's) widen the keys in registers in
+// each tile, more widen them once into a copy that every tile reads
+#define ATTN_DIRECT_PAIRS_AVX2 6
+// `direct`: the keys are widened from the cache (k) in the loop, else read from the block's widened copy
+// (keys); NP and direct are constants where inlined
 static inline __attribute__((always_inline)) void score_4keys_avx2(const attn_task *t, const int *pairs, const int NP,
-                                                                   const float *keys, int P) {
+                                                                   const uint16_t *k16, const float *keys,
+                                                                   const int direct, int P) {
     const int D = t->D;
     __m256 acc[ATTN_SCORE_PAIRS][4];
     const float *qg[ATTN_SCORE_PAIRS];
@@ -200,11 +206,16 @@ static inline __attribute__((always_inline)) void score_4keys_avx2(const attn_ta
         qg[x] = task_q(t, pairs[x]);
         for (int k = 0; k < 4; k++) acc[x][k] = _mm256_setzero_ps();
     }
-    for (int c = 0; c < D; c += 8)
+    for (int c = 0; c < D; c += 8) {
+        __m256 kv[4];
+        for (int k = 0; k < 4; k++)
+            kv[k] = direct ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k16 + (size_t)k * D + c)))
+                           : _mm256_loadu_ps(keys + k * D + c);
         for (int x = 0; x < NP; x++) {
             const __m256 qv = _mm256_loadu_ps(qg[x] + c);
-            for (int k = 0; k < 4; k++) acc[x][k] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys + k * D + c), acc[x][k]);
+            for (int k = 0; k < 4; k++) acc[x][k] = _mm256_fmadd_ps(qv, kv[k], acc[x][k]);
         }
+    }
     for (int x = 0; x < NP; x++) {
         const __m128 s = _mm_mul_ps(reduce_4keys_avx2(acc[x][0], acc[x][1], acc[x][2], acc[x][3]), _mm_set1_ps(t->scale));
         const int r = t->row[pairs[x]];
@@ -221,13 +232,23 @@ static AP_NOINLINE void score_task_avx2(const attn_task *t, float *keys, int *pa
     int P = t->first;
     for (; P + 4 <= t->last + 1; P += 4) {
         const uint16_t *k = t->kc + (size_t)P * D;
-        for (int c = 0; c < 4 * D; c += 8) _mm256_storeu_ps(keys + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + c))));
         const int n = pairs_in(t, P, P + 3, pairs);
+        if (n <= ATTN_DIRECT_PAIRS_AVX2) {  // a step's few rows: widening in registers beats storing a copy
+            int x = 0;
+            for (; x + ATTN_SCORE_PAIRS <= n; x += ATTN_SCORE_PAIRS) score_4keys_avx2(t, pairs + x, ATTN_SCORE_PAIRS, k, keys, 1, P);
+            switch (n - x) {
+                case 2: score_4keys_avx2(t, pairs + x, 2, k, keys, 1, P); break;
+                case 1: score_4keys_avx2(t, pairs + x, 1, k, keys, 1, P); break;
+                default: break;
+            }
+            continue;
+        }
+        for (int c = 0; c < 4 * D; c += 8) _mm256_storeu_ps(keys + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + c))));
         int x = 0;
-        for (; x + ATTN_SCORE_PAIRS <= n; x += ATTN_SCORE_PAIRS) score_4keys_avx2(t, pairs + x, ATTN_SCORE_PAIRS, keys, P);
+        for (; x + ATTN_SCORE_PAIRS <= n; x += ATTN_SCORE_PAIRS) score_4keys_avx2(t, pairs + x, ATTN_SCORE_PAIRS, k, keys, 0, P);
         switch (n - x) {
-            case 2: score_4keys_avx2(t, pairs + x, 2, keys, P); break;
-            case 1: score_4keys_avx2(t, pairs + x, 1, keys, P); break;
+            case 2: score_4keys_avx2(t, pairs + x, 2, k, keys, 0, P); break;
+            case 1: score_4keys_avx2(t, pairs + x, 1, k, keys, 0, P); break;
             default: break;
         }
     }
