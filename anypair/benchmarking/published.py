@@ -89,7 +89,7 @@ TABLES: tuple[Table, ...] = (
     # -- the gguf engine beside llama.cpp on big targets' shapes: k-token steps, loads, memory
     Table("steps-gemma-2-9b-avx2", "steps", ("bench_target_shape_gemma-2-9b_zen3.json",),
           "anypair bench --target-shape gemma-2-9b --threads 2 --verify-contexts 300,4000 --ks 1,2,4,8,16 "
-          "--json {record} --plot evaluation/measured/bench_target_shape_gemma-2-9b_zen3.png"),
+          "--json {record}"),
     Table("steps-codellama-13b-avx2", "steps", ("bench_target_shape_codellama-13b_zen3.json",),
           "anypair bench --target-shape codellama-13b --threads 2 --verify-contexts 300 --ks 1,2,4,8 "
           "--prefill-tokens 0 --json {record}"),
@@ -147,6 +147,15 @@ TABLES: tuple[Table, ...] = (
     Table("gemma-3-270m-target-avx2", "bench", ("bench_gemma3_270m_target_zen3_n4.json",),
           "anypair bench -m google/gemma-3-270m --n 4 --max-new-tokens 64 --threads 2 --verify-contexts 300 "
           "--json {record}"),
+    Table("prefill-avx2", "prefill", ("bench_prefill_zen3.json",),
+          "anypair bench --prefill 1024,4096,8192 --threads 2 --repeats 1 --json {record} "
+          "--plot evaluation/measured/bench_prefill_zen3.png"),
+    Table("prefill-builds-avx2", "prefill-builds", ("prefill_builds_zen3.json",),
+          "python evaluation/bench_prefill_builds.py --builds /tmp/before /tmp/after --lengths 1024,4096,8192 "
+          "--json {record}", labels=("0.1.0 (c84187a)", "unreleased (981da01)"), release="unreleased (981da01)"),
+    Table("decode-context-avx2", "decode-context", ("decode_context_zen3.json",),
+          "python evaluation/bench_decode_context.py --contexts 300,16000 --ks 1,4 --repeats 7 "
+          "--roofline-rows 16,64,512 --json {record}", release="unreleased"),
     Table("prefill-avx512", "prefill", ("bench_prefill_zen4_r3.json",),
           "python evaluation/bench_prefill.py --json {record}"),
 )
@@ -384,6 +393,54 @@ def _prefill(table: Table, records: list[dict]) -> list[str]:
     return lines
 
 
+def _prefill_builds(table: Table, records: list[dict]) -> list[str]:
+    """evaluation/bench_prefill_builds.py: one prompt read per checkout and length, the checkouts alternating
+    (`labels` names each checkout), the last against the first."""
+    record = records[0]
+    builds = record["builds"]
+    labels = table.labels or tuple(Path(b).name for b in builds)
+    lines = [f"`{record['target']}` on the gguf engine, {record['threads']} threads, from an empty cache, "
+             f"medians. Text: {record['text']}.", ""]
+    lines += _header("prompt tokens", *(f"{label}: s (tok/s)" for label in labels), f"{labels[-1]} / {labels[0]}",
+                     "same first token")
+    for length, by_build in record["seconds"].items():
+        medians = [_median(by_build[b]) for b in builds]
+        cells = [f"{m:.1f} ({int(length) / m:.0f})" for m in medians]
+        same = len(set(record["first_token"][length].values())) == 1
+        lines.append(_row(f"{int(length):,}", *cells, f"{medians[-1] / medians[0]:.2f}x time, "
+                          f"{medians[0] / medians[-1]:.2f}x speed", "yes" if same else "**no**"))
+    return lines
+
+
+def _decode_context(table: Table, records: list[dict]) -> list[str]:
+    """evaluation/bench_decode_context.py: k-row steps after each context (contexts alternating in one
+    process), and where a forward of many rows spends its time where the record has that roofline."""
+    record = records[0]
+    ms = record["ms"]
+    contexts = list(ms)
+    ks = list(ms[contexts[0]])
+    lines = [f"`{record['target']}` on the gguf engine, {record['threads']} threads, medians. Text: {record['text']}.", ""]
+    lines += _header("context", *(f"k = {k}, ms" for k in ks), f"k = {ks[-1]} / k = {ks[0]}",
+                     f"k = {ks[0]} / at context {int(contexts[0]):,}")
+    for c in contexts:
+        lines.append(_row(f"{int(c):,}", *(f"{ms[c][k]:.1f}" for k in ks), _x(ms[c][ks[-1]] / ms[c][ks[0]]),
+                          _x(ms[c][ks[0]] / ms[contexts[0]][ks[0]])))
+    roofline = record.get("roofline")
+    if roofline:
+        ceilings = roofline["ceilings"]
+        steps = roofline["steps"]
+        parts = list(dict.fromkeys(name for step in steps for name in step["parts_ms"]))
+        lines += ["", f"Where a forward of many rows spends its time (context {steps[0]['context']:,}, the last row's "
+                  f"logits only, as a prompt chunk's read): ceilings {ceilings['read_GB_s']} GB/s read, "
+                  f"{ceilings['int8_GMAC_s']} GMAC/s int8 ({ceilings['simd']}), parts in ms.", ""]
+        lines += _header("rows", "ms", "ms a row", "GMAC/s", "of int8 peak", *parts)
+        for step in steps:
+            lines.append(_row(step["k"], f"{step['ms']:.1f}", f"{step['ms'] / step['k']:.2f}", f"{step['GMAC_s']:.0f}",
+                              f"{100 * step['GMAC_s'] / ceilings['int8_GMAC_s']:.0f}%",
+                              *(f"{step['parts_ms'].get(name, 0.0):.1f}" for name in parts)))
+    return lines
+
+
 def _structured(table: Table, records: list[dict]) -> list[str]:
     """evaluation/bench_structured.py: ms a token with and without a JSON schema, and llguidance's share."""
     summary = records[0]["summary"]
@@ -401,6 +458,7 @@ def _structured(table: Table, records: list[dict]) -> list[str]:
 
 
 KINDS: dict[str, Callable[[Table, list[dict]], list[str]]] = {
+    "prefill-builds": _prefill_builds, "decode-context": _decode_context,
     "bench": _bench, "replays": _replays, "steps": _steps, "evaluation": _evaluation, "regret": _regret,
     "serve": _serve, "prefill": _prefill, "structured": _structured,
 }
