@@ -223,7 +223,7 @@ def _max_batch(gen, asked: Optional[int], kv_memory_mib: Optional[float] = None)
         batch = asked if asked is not None else max(1, min(DEFAULT_MAX_BATCH, int(budget // per_slot))) if budget else 1
         note = f"up to {batch} requests at once, KV {per_slot / 2**20:.0f} MiB per slot at the full context"
     if budget is not None and batch * per_slot > budget:
-        per_position = per_slot / gen.target_backend.max_context
+        per_position = gen.kv_bytes_per_position()
         positions = int(budget // batch // per_position)
         gen.limit_positions(positions, f"the server's KV memory budget of {budget / 2**20:.0f} MiB for {batch} "
                                        f"request(s) at once (--kv-memory, --max-batch)")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from pathlib import Path
 from typing import Optional, Sequence
 
 
@@ -31,9 +30,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--plot", help="save time to first token against prompt length to this PNG")
     args = parser.parse_args(argv)
 
-    from rich.console import Console
-
-    from anypair.benchmarking.prefill import format_table, parse_lengths, run_prefill, save_json, save_plot
+    from anypair.benchmarking.prefill import parse_lengths, run_prefill, show_and_save
     from anypair.errors import InputError
 
     try:
@@ -46,12 +43,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except InputError as exc:
         print(f"bench_prefill: {exc}", file=sys.stderr)
         return 2
-    Console().print(format_table(record))
-    if args.json:
-        save_json(record, Path(args.json))
-        print(f"saved {args.json}")
-    if args.plot:
-        print(f"saved {save_plot(record, Path(args.plot))}")
+    show_and_save(record, args.json, args.plot)
     return 0
 
 

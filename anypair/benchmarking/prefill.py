@@ -416,7 +416,6 @@ def run_prefill_cmd(args) -> int:
     import shlex
 
     import torch
-    from rich.console import Console
 
     from anypair.drafters import uses_draft_model
 
@@ -428,13 +427,20 @@ def run_prefill_cmd(args) -> int:
     record = run_prefill(args.model, draft, lengths, threads=threads, repeats=args.repeats,
                          llama_cpp=not args.no_llama_cpp, openvino_python=args.openvino_python,
                          draft_window=args.draft_window, command=shlex.join(["anypair", *sys.argv[1:]]))
-    Console().print(format_table(record))
-    if args.json:
-        save_json(record, Path(args.json))
-        print(f"saved {args.json}")
-    if args.plot:
-        print(f"saved {save_plot(record, Path(args.plot))}")
+    show_and_save(record, args.json, args.plot)
     return 0
+
+
+def show_and_save(record: dict, json_path: Optional[str], plot_path: Optional[str]) -> None:
+    """The record's table on the console, then its JSON and its plot where paths are given."""
+    from rich.console import Console
+
+    Console().print(format_table(record))
+    if json_path:
+        save_json(record, Path(json_path))
+        print(f"saved {json_path}")
+    if plot_path:
+        print(f"saved {save_plot(record, Path(plot_path))}")
 
 
 def save_json(record: dict, path: Path) -> None:

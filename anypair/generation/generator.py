@@ -521,6 +521,12 @@ class AnyPairGenerator:
         """The most a batched request's KV caches take (target and draft, at their full context)."""
         return sum(member.backend.kv_bytes_per_slot for member in (self.target, self.draft) if member is not None)
 
+    def kv_bytes_per_position(self) -> float:
+        """What one more position of a request takes in the KV caches: each member's own per position
+        (their contexts differ: the target's 32,768 beside a draft's 8,192)."""
+        return sum(member.backend.kv_bytes_per_slot / member.backend.max_context
+                   for member in (self.target, self.draft) if member is not None)
+
     def batch_scheduler(self, max_batch: int, queue_size: Optional[int] = None) -> BatchScheduler:
         """A scheduler of up to `max_batch` concurrent requests on this generator's models: the one
         place `max_batch` is checked. Engines holding fewer slots are given that many (what they

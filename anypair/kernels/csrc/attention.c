@@ -226,31 +226,30 @@ static inline __attribute__((always_inline)) void score_4keys_avx2(const attn_ta
     }
 }
 
-// scores of every pair in blocks of 4 keys (contiguous in the cache), each block widened once
+// the n pairs of one block of 4 keys, ATTN_SCORE_PAIRS at a time (direct: a constant where inlined)
+static inline __attribute__((always_inline)) void score_block_avx2(const attn_task *t, const int *pairs, int n,
+                                                                   const uint16_t *k16, const float *keys,
+                                                                   const int direct, int P) {
+    int x = 0;
+    for (; x + ATTN_SCORE_PAIRS <= n; x += ATTN_SCORE_PAIRS) score_4keys_avx2(t, pairs + x, ATTN_SCORE_PAIRS, k16, keys, direct, P);
+    switch (n - x) {
+        case 2: score_4keys_avx2(t, pairs + x, 2, k16, keys, direct, P); break;
+        case 1: score_4keys_avx2(t, pairs + x, 1, k16, keys, direct, P); break;
+        default: break;
+    }
+}
+
+// scores of every pair in blocks of 4 keys (contiguous in the cache), each block widened once (or, for a
+// block's few pairs, in registers)
 static AP_NOINLINE void score_task_avx2(const attn_task *t, float *keys, int *pairs) {
     const int D = t->D;
     int P = t->first;
     for (; P + 4 <= t->last + 1; P += 4) {
         const uint16_t *k = t->kc + (size_t)P * D;
         const int n = pairs_in(t, P, P + 3, pairs);
-        if (n <= ATTN_DIRECT_PAIRS_AVX2) {  // a step's few rows: widening in registers beats storing a copy
-            int x = 0;
-            for (; x + ATTN_SCORE_PAIRS <= n; x += ATTN_SCORE_PAIRS) score_4keys_avx2(t, pairs + x, ATTN_SCORE_PAIRS, k, keys, 1, P);
-            switch (n - x) {
-                case 2: score_4keys_avx2(t, pairs + x, 2, k, keys, 1, P); break;
-                case 1: score_4keys_avx2(t, pairs + x, 1, k, keys, 1, P); break;
-                default: break;
-            }
-            continue;
-        }
+        if (n <= ATTN_DIRECT_PAIRS_AVX2) { score_block_avx2(t, pairs, n, k, keys, 1, P); continue; }
         for (int c = 0; c < 4 * D; c += 8) _mm256_storeu_ps(keys + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + c))));
-        int x = 0;
-        for (; x + ATTN_SCORE_PAIRS <= n; x += ATTN_SCORE_PAIRS) score_4keys_avx2(t, pairs + x, ATTN_SCORE_PAIRS, k, keys, 0, P);
-        switch (n - x) {
-            case 2: score_4keys_avx2(t, pairs + x, 2, k, keys, 0, P); break;
-            case 1: score_4keys_avx2(t, pairs + x, 1, k, keys, 0, P); break;
-            default: break;
-        }
+        score_block_avx2(t, pairs, n, k, keys, 0, P);
     }
     score_keys_one_by_one(t, P);
 }
