@@ -293,6 +293,8 @@ def save_plot(record: dict, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from anypair.benchmarking.seed_bench import finish_plot
+
     rows = record["lengths"]
     lengths = [int(n) for n in rows]
     figure, axes = plt.subplots(figsize=(8, 5))
@@ -309,15 +311,7 @@ def save_plot(record: dict, path: Path) -> Path:
     axes.set_xticks(lengths)
     axes.set_title(f"prompt read from an empty cache, {record['gguf']}, {record['threads']} threads\n"
                    f"{record['machine']}", fontsize=8)
-    axes.set_ylim(bottom=0)
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=8)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return finish_plot(figure, axes, path)
 
 
 # ---- the whole run ------------------------------------------------------------------------------

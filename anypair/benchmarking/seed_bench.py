@@ -419,6 +419,13 @@ def save_plot(result: dict, path: Path) -> Path:
     axes.set_ylabel("ms per step (median)")
     axes.set_title(f"{result['shape']['name']} shape, random weights (costs only), {result['threads']} threads\n"
                    f"{result['machine']}", fontsize=8)
+    return finish_plot(figure, axes, path)
+
+
+def finish_plot(figure, axes, path) -> Path:
+    """A bench plot's common end: y from 0, a light grid, the legend, saved as a PNG (its folder made)."""
+    import matplotlib.pyplot as plt
+
     axes.set_ylim(bottom=0)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
